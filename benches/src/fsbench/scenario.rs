@@ -1,0 +1,266 @@
+//! The workloads. Each runs with `bash -c` in a fresh empty directory on the target; only
+//! `cmd` is timed, `prep` (run first, in the same directory) is not. The commands follow the
+//! reference's `fs-bench.sh` (see `/work/shared/reference/benchmarks.md`).
+
+use std::path::PathBuf;
+
+use super::exec::quote_path;
+
+/// What a scenario needs besides coreutils; decides which fixtures the run prepares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Need {
+    Nothing,
+    /// `git` on PATH.
+    Git,
+    /// `git` and the generated source repository.
+    GitRepo,
+    /// The generated random input files.
+    Random,
+    /// npm with a warm cache holding is-number 7.0.0.
+    NpmTiny,
+    /// npm with a warm cache for the large lockfile.
+    NpmLarge,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    /// Untimed setup, run in the fresh directory before `cmd`; may be empty.
+    pub prep: String,
+    /// The timed command.
+    pub cmd: String,
+    pub need: Need,
+}
+
+/// Paths the scenario commands refer to (all outside every target).
+#[derive(Clone, Debug)]
+pub struct FixturePaths {
+    /// 64 MiB of seeded random bytes: dd's input for the random variants.
+    pub random: PathBuf,
+    /// Another 64 MiB of different random bytes: what "overwrite random" overwrites, so the
+    /// overwrite really changes every block.
+    pub random_prep: PathBuf,
+    /// Generated git repository (about 1 MB, several commits) for the clone scenario.
+    pub git_repo: PathBuf,
+    /// npm cache, warmed before timing.
+    pub npm_cache: PathBuf,
+    /// The npm-large manifests (package.json, package-lock.json, workspaces).
+    pub npm_large: PathBuf,
+}
+
+/// Which data the 64 MiB scenarios use.
+#[derive(Clone, Copy, Debug)]
+pub struct DataKinds {
+    pub zeros: bool,
+    pub random: bool,
+}
+
+const MK1000: &str = "for i in $(seq 1 1000); do echo $i > f$i; done";
+const MKTREE: &str = "for a in $(seq 1 10); do for b in $(seq 1 10); do mkdir -p $a/$b; \
+                      for c in $(seq 1 10); do touch $a/$b/$c; done; done; done";
+/// Size of the large-file scenarios and of the random input.
+pub const BIG_BYTES: u64 = 64 << 20;
+
+fn scenario(
+    name: impl Into<String>,
+    prep: impl Into<String>,
+    cmd: impl Into<String>,
+    need: Need,
+) -> Scenario {
+    Scenario {
+        name: name.into(),
+        prep: prep.into(),
+        cmd: cmd.into(),
+        need,
+    }
+}
+
+/// All scenarios, in report order. `npm_large` adds the full npm install.
+pub fn all(paths: &FixturePaths, data: DataKinds, npm_large: bool) -> Vec<Scenario> {
+    use Need::*;
+    let mut v = vec![
+        scenario("create 1000 files", "", MK1000, Nothing),
+        scenario(
+            "stat 1000 files",
+            "",
+            format!("{MK1000}; for i in $(seq 1 1000); do stat f$i; done"),
+            Nothing,
+        ),
+        scenario("rm 1000 files", "", format!("{MK1000}; rm f*"), Nothing),
+        scenario("mkdir tree 10x10x10", "", MKTREE, Nothing),
+        scenario(
+            "find tree",
+            "",
+            format!("{MKTREE}; find . -type f | wc -l"),
+            Nothing,
+        ),
+    ];
+
+    let zero_dd = "dd if=/dev/zero of=big bs=1M count=64 status=none".to_string();
+    let rand_dd = format!(
+        "dd if={} of=big bs=1M count=64 status=none",
+        quote_path(&paths.random)
+    );
+    let rand_prep_dd = format!(
+        "dd if={} of=big bs=1M count=64 status=none",
+        quote_path(&paths.random_prep)
+    );
+    let mut variants = Vec::new();
+    if data.zeros {
+        variants.push(("", zero_dd.clone(), zero_dd, Nothing));
+    }
+    if data.random {
+        variants.push((" random", rand_dd, rand_prep_dd, Random));
+    }
+    for (suffix, dd, other_dd, need) in variants {
+        v.extend([
+            scenario(format!("write 64 MiB{suffix}"), "", dd.clone(), need),
+            scenario(
+                format!("copy 64 MiB{suffix}"),
+                "",
+                format!("{dd}; cp big big2"),
+                need,
+            ),
+            scenario(
+                format!("read 64 MiB{suffix}"),
+                "",
+                format!("{dd}; cat big > /dev/null"),
+                need,
+            ),
+            scenario(
+                format!("pure read 64 MiB{suffix}"),
+                dd.clone(),
+                "cat big > /dev/null",
+                need,
+            ),
+            scenario(
+                format!("pure copy 64 MiB{suffix}"),
+                dd.clone(),
+                "cp big big2",
+                need,
+            ),
+            // The prep writes different bytes from the timed overwrite (for zeros both are
+            // zeros, as published).
+            scenario(
+                format!("overwrite 64 MiB{suffix}"),
+                other_dd,
+                format!("{dd} conv=notrunc"),
+                need,
+            ),
+        ]);
+    }
+
+    let cache = quote_path(&paths.npm_cache);
+    v.extend([
+        scenario(
+            "git init + commit 100 files",
+            "",
+            "git init -q; for i in $(seq 1 100); do echo $i > f$i; done; git add -A; \
+             git -c user.email=a@b -c user.name=a commit -qm init",
+            Git,
+        ),
+        scenario(
+            "git clone (shallow, ~1 MB)",
+            "",
+            format!(
+                "git clone --depth 1 -q {} r",
+                crate::fsbench::exec::shell_quote(&format!("file://{}", paths.git_repo.display()))
+            ),
+            GitRepo,
+        ),
+        scenario(
+            "npm init + tiny install",
+            "",
+            format!(
+                "echo '{{\"name\":\"b\",\"version\":\"0.0.0\",\"dependencies\":{{\"is-number\":\"7.0.0\"}}}}' \
+                 > package.json; npm install --offline --no-audit --no-fund --silent --cache {cache}"
+            ),
+            NpmTiny,
+        ),
+    ]);
+    if npm_large {
+        v.push(scenario(
+            "full npm install",
+            format!("cp -a {}/. .", quote_path(&paths.npm_large)),
+            format!("npm ci --ignore-scripts --no-audit --no-fund --offline --cache {cache}"),
+            NpmLarge,
+        ));
+    }
+    v
+}
+
+/// Keeps the scenarios whose name contains any of `only` (case-insensitive); all if empty.
+pub fn filter(scenarios: Vec<Scenario>, only: &[String]) -> Vec<Scenario> {
+    if only.is_empty() {
+        return scenarios;
+    }
+    let only: Vec<String> = only.iter().map(|s| s.to_lowercase()).collect();
+    scenarios
+        .into_iter()
+        .filter(|s| {
+            let name = s.name.to_lowercase();
+            only.iter().any(|o| name.contains(o))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths() -> FixturePaths {
+        FixturePaths {
+            random: "/fx/rand".into(),
+            random_prep: "/fx/rand2".into(),
+            git_repo: "/fx/repo".into(),
+            npm_cache: "/fx/npm cache".into(),
+            npm_large: "/data/npm-large".into(),
+        }
+    }
+
+    #[test]
+    fn both_data_kinds_by_default() {
+        let all = all(
+            &paths(),
+            DataKinds {
+                zeros: true,
+                random: true,
+            },
+            false,
+        );
+        let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+        assert!(names.contains(&"write 64 MiB"));
+        assert!(names.contains(&"overwrite 64 MiB random"));
+        assert!(!names.contains(&"full npm install"));
+        assert_eq!(all.len(), 5 + 12 + 3);
+        let ow = all
+            .iter()
+            .find(|s| s.name == "overwrite 64 MiB random")
+            .unwrap();
+        assert!(
+            ow.prep.contains("/fx/rand2")
+                && ow.cmd.contains("if=/fx/rand ")
+                && ow.cmd.ends_with("conv=notrunc")
+        );
+        let npm = all.iter().find(|s| s.need == Need::NpmTiny).unwrap();
+        assert!(npm.cmd.ends_with("--cache '/fx/npm cache'"), "{}", npm.cmd);
+    }
+
+    #[test]
+    fn only_filters_by_substring() {
+        let all = all(
+            &paths(),
+            DataKinds {
+                zeros: true,
+                random: false,
+            },
+            true,
+        );
+        let kept = filter(all, &["Pure".into(), "npm install".into()]);
+        let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["pure read 64 MiB", "pure copy 64 MiB", "full npm install"]
+        );
+    }
+}

@@ -1,0 +1,546 @@
+//! File content: extents, blocks, and rewriting only what changed.
+//!
+//! A file's content is a sorted list of extents `(offset, len, block)`; ranges no extent
+//! covers are holes and read as zeros. Each extent names one whole block, so `len` always
+//! equals the block's raw length.
+//!
+//! A change ([`apply`]) never rewrites a file: it re-chunks a *region* from the start of
+//! the first block the change touches until the chunker cuts at an old block boundary
+//! past the change (the content after that point is unchanged, so are its blocks), or a
+//! hole, or the end of the file. Cut points are content-defined, so they resynchronise
+//! with the old ones within a block or two. A one-byte write in a 64 MiB file stores about
+//! one new block; an append re-chunks only the old tail block.
+//!
+//! Blocks are shared by hash: a chunk already stored only gains a reference. Reference
+//! counts change in the same transaction as the extents that hold them, so they are
+//! right after any crash; a block whose count reaches zero is deleted there too.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::block::{self, BlockHash, Codec};
+use crate::chunker::Chunker;
+use crate::db::WriteTxn;
+use crate::error::{Error, Result, StorageContext};
+use crate::types::InodeNo;
+
+/// One extent of a file: `len` bytes at `offset` are the content of block `block`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub offset: u64,
+    pub len: u64,
+    pub block: i64,
+}
+
+impl Extent {
+    pub fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+/// Decoded, verified blocks, most recently used first, bounded in bytes. Keyed by block
+/// id: ids are never reused (AUTOINCREMENT), so an id always means the same bytes.
+pub(crate) struct BlockCache {
+    inner: Mutex<CacheInner>,
+}
+
+struct CacheInner {
+    map: LruCache<i64, Arc<[u8]>>,
+    bytes: usize,
+    bytes_max: usize,
+}
+
+impl BlockCache {
+    pub fn new(bytes_max: usize) -> BlockCache {
+        BlockCache {
+            inner: Mutex::new(CacheInner {
+                map: LruCache::unbounded(),
+                bytes: 0,
+                bytes_max,
+            }),
+        }
+    }
+
+    fn get(&self, id: i64) -> Option<Arc<[u8]>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .get(&id)
+            .cloned()
+    }
+
+    fn put(&self, id: i64, bytes: Arc<[u8]>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if bytes.len() > inner.bytes_max / 4 {
+            return;
+        }
+        inner.bytes += bytes.len();
+        if let Some(old) = inner.map.put(id, bytes) {
+            inner.bytes -= old.len();
+        }
+        while inner.bytes > inner.bytes_max {
+            match inner.map.pop_lru() {
+                Some((_, evicted)) => inner.bytes -= evicted.len(),
+                None => break,
+            }
+        }
+    }
+
+    fn forget(&self, id: i64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = inner.map.pop(&id) {
+            inner.bytes -= old.len();
+        }
+    }
+}
+
+// `LruCache::unbounded` needs no capacity; keep the import of NonZeroUsize honest for
+// callers that want a count bound later.
+#[allow(dead_code)]
+fn _capacity(n: usize) -> Option<NonZeroUsize> {
+    NonZeroUsize::new(n)
+}
+
+/// What [`apply`] needs besides the transaction.
+pub(crate) struct ContentCtx<'a> {
+    pub cache: &'a BlockCache,
+    pub chunker: &'a Chunker,
+    pub zstd_level: i32,
+}
+
+/// Reads, decodes and verifies block `id`.
+pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Result<Arc<[u8]>> {
+    if let Some(bytes) = cache.get(id) {
+        return Ok(bytes);
+    }
+    let row: Option<(Vec<u8>, i64, i64, Vec<u8>)> = conn
+        .prepare_cached("SELECT hash, raw_len, codec, data FROM blocks WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([id], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .optional()
+        })
+        .ctx("reading a block")?;
+    let Some((hash, raw_len, codec, data)) = row else {
+        return Err(Error::corrupt(format!("missing block {id}")));
+    };
+    let hash = BlockHash::from_slice(&hash)?;
+    let raw_len = usize::try_from(raw_len).map_err(|_| Error::corrupt("negative block length"))?;
+    let mut out = Vec::new();
+    block::decode_into(&hash, Codec::from_code(codec)?, raw_len, &data, &mut out)?;
+    let bytes: Arc<[u8]> = out.into();
+    cache.put(id, bytes.clone());
+    Ok(bytes)
+}
+
+/// Extents of `ino` that overlap `[start, end)`, in offset order.
+pub(crate) fn extents_overlapping(
+    conn: &Connection,
+    ino: InodeNo,
+    start: u64,
+    end: u64,
+) -> Result<Vec<Extent>> {
+    let mut out = Vec::new();
+    if start >= end {
+        return Ok(out);
+    }
+    if let Some(first) = extent_at_or_before(conn, ino, start)? {
+        if first.end() > start {
+            out.push(first);
+        }
+    }
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT offset, len, block FROM extents WHERE ino = ?1 AND offset > ?2 AND offset < ?3
+             ORDER BY offset",
+        )
+        .ctx("reading extents")?;
+    let rows = stmt
+        .query_map(
+            params![ino.0 as i64, start as i64, end as i64],
+            extent_from_row,
+        )
+        .ctx("reading extents")?;
+    for row in rows {
+        out.push(row.ctx("reading extents")?);
+    }
+    Ok(out)
+}
+
+fn extent_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Extent> {
+    Ok(Extent {
+        offset: row.get::<_, i64>(0)? as u64,
+        len: row.get::<_, i64>(1)? as u64,
+        block: row.get(2)?,
+    })
+}
+
+/// The extent with the greatest offset `<= at`.
+fn extent_at_or_before(conn: &Connection, ino: InodeNo, at: u64) -> Result<Option<Extent>> {
+    conn.prepare_cached(
+        "SELECT offset, len, block FROM extents WHERE ino = ?1 AND offset <= ?2
+         ORDER BY offset DESC LIMIT 1",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_row(params![ino.0 as i64, at as i64], extent_from_row)
+            .optional()
+    })
+    .ctx("reading extents")
+}
+
+/// The first extent starting after `at`.
+fn extent_after(conn: &Connection, ino: InodeNo, at: u64) -> Result<Option<Extent>> {
+    conn.prepare_cached(
+        "SELECT offset, len, block FROM extents WHERE ino = ?1 AND offset > ?2 ORDER BY offset LIMIT 1",
+    )
+    .and_then(|mut stmt| stmt.query_row(params![ino.0 as i64, at as i64], extent_from_row).optional())
+    .ctx("reading extents")
+}
+
+fn extent_starts_at(conn: &Connection, ino: InodeNo, at: u64) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM extents WHERE ino = ?1 AND offset = ?2")
+        .and_then(|mut stmt| stmt.exists(params![ino.0 as i64, at as i64]))
+        .ctx("reading extents")
+}
+
+/// Every extent of a file.
+pub(crate) fn all_extents(conn: &Connection, ino: InodeNo) -> Result<Vec<Extent>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT offset, len, block FROM extents WHERE ino = ?1 ORDER BY offset")
+        .ctx("reading extents")?;
+    let rows = stmt
+        .query_map([ino.0 as i64], extent_from_row)
+        .ctx("reading extents")?;
+    rows.map(|r| r.ctx("reading extents")).collect()
+}
+
+/// Copies committed content `[offset, offset + out.len())` into `out`; holes read as
+/// zeros. The caller clamps the range to the file size.
+pub(crate) fn read_into(
+    conn: &Connection,
+    cache: &BlockCache,
+    ino: InodeNo,
+    offset: u64,
+    out: &mut [u8],
+) -> Result<()> {
+    out.fill(0);
+    let end = offset + out.len() as u64;
+    for extent in extents_overlapping(conn, ino, offset, end)? {
+        let bytes = load_block(conn, cache, extent.block)?;
+        if bytes.len() as u64 != extent.len {
+            return Err(Error::corrupt(format!(
+                "{ino}: extent at {} is {} bytes, its block {}",
+                extent.offset,
+                extent.len,
+                bytes.len()
+            )));
+        }
+        let from = offset.max(extent.offset);
+        let to = end.min(extent.end());
+        let src = &bytes[(from - extent.offset) as usize..(to - extent.offset) as usize];
+        out[(from - offset) as usize..(to - offset) as usize].copy_from_slice(src);
+    }
+    Ok(())
+}
+
+/// Stores one chunk: a new reference to an existing block, or a new block.
+fn store_chunk(txn: &mut WriteTxn<'_>, ctx: &ContentCtx<'_>, chunk: &[u8]) -> Result<i64> {
+    let hash = BlockHash::of(chunk);
+    let existing: Option<i64> = txn
+        .prepare_cached("UPDATE blocks SET refcount = refcount + 1 WHERE hash = ?1 RETURNING id")
+        .and_then(|mut stmt| stmt.query_row([&hash.0[..]], |row| row.get(0)).optional())
+        .ctx("referencing a block")?;
+    if let Some(id) = existing {
+        return Ok(id);
+    }
+    let encoded = block::encode(chunk, hash, ctx.zstd_level);
+    txn.prepare_cached(
+        "INSERT INTO blocks (hash, refcount, raw_len, codec, data) VALUES (?1, 1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            &hash.0[..],
+            encoded.raw_len as i64,
+            encoded.codec as i64,
+            encoded.data
+        ])
+    })
+    .ctx("storing a block")?;
+    txn.stored_bytes += encoded.data.len() as u64;
+    Ok(txn.last_insert_rowid())
+}
+
+/// Drops one reference to block `id`, deleting the block when none is left.
+pub(crate) fn release_block(txn: &mut WriteTxn<'_>, cache: &BlockCache, id: i64) -> Result<()> {
+    let row: Option<(i64, i64)> = txn
+        .prepare_cached(
+            "UPDATE blocks SET refcount = refcount - 1 WHERE id = ?1 RETURNING refcount, length(data)",
+        )
+        .and_then(|mut stmt| stmt.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+        .ctx("releasing a block")?;
+    let Some((refcount, stored)) = row else {
+        return Err(Error::corrupt(format!("extent names missing block {id}")));
+    };
+    if refcount < 0 {
+        return Err(Error::corrupt(format!(
+            "block {id} has a negative reference count"
+        )));
+    }
+    if refcount == 0 {
+        txn.prepare_cached("DELETE FROM blocks WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute([id]))
+            .ctx("deleting a block")?;
+        txn.stored_bytes -= stored as u64;
+        cache.forget(id);
+    }
+    Ok(())
+}
+
+/// Adds one reference to block `id` (sharing it with another extent).
+fn retain_block(txn: &WriteTxn<'_>, id: i64) -> Result<()> {
+    let changed = txn
+        .prepare_cached("UPDATE blocks SET refcount = refcount + 1 WHERE id = ?1")
+        .and_then(|mut stmt| stmt.execute([id]))
+        .ctx("referencing a block")?;
+    if changed != 1 {
+        return Err(Error::corrupt(format!("extent names missing block {id}")));
+    }
+    Ok(())
+}
+
+fn insert_extent(txn: &WriteTxn<'_>, ino: InodeNo, extent: Extent) -> Result<()> {
+    txn.prepare_cached("INSERT INTO extents (ino, offset, len, block) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                ino.0 as i64,
+                extent.offset as i64,
+                extent.len as i64,
+                extent.block
+            ])
+        })
+        .ctx("writing an extent")?;
+    Ok(())
+}
+
+/// Deletes the extents of `ino` starting in `[start, end)` and returns them.
+fn take_extents(txn: &WriteTxn<'_>, ino: InodeNo, start: u64, end: u64) -> Result<Vec<Extent>> {
+    let mut stmt = txn
+        .prepare_cached(
+            "DELETE FROM extents WHERE ino = ?1 AND offset >= ?2 AND offset < ?3
+             RETURNING offset, len, block",
+        )
+        .ctx("removing extents")?;
+    let rows = stmt
+        .query_map(
+            params![ino.0 as i64, start as i64, end.min(i64::MAX as u64) as i64],
+            extent_from_row,
+        )
+        .ctx("removing extents")?;
+    rows.map(|r| r.ctx("removing extents")).collect()
+}
+
+/// Releases all content of `ino` (the file is being deleted or fully replaced).
+pub(crate) fn release_all(txn: &mut WriteTxn<'_>, cache: &BlockCache, ino: InodeNo) -> Result<()> {
+    for extent in take_extents(txn, ino, 0, u64::MAX)? {
+        release_block(txn, cache, extent.block)?;
+    }
+    Ok(())
+}
+
+/// Makes `dst` share every block of `src`: a copy that moves no data. `dst` must have no
+/// content.
+pub(crate) fn share_all(txn: &WriteTxn<'_>, src: InodeNo, dst: InodeNo) -> Result<()> {
+    for extent in all_extents(txn, src)? {
+        retain_block(txn, extent.block)?;
+        insert_extent(txn, dst, extent)?;
+    }
+    Ok(())
+}
+
+/// Changed bytes to apply: sorted, non-overlapping `(offset, bytes)` runs.
+pub(crate) type Patch<'a> = [(u64, &'a [u8])];
+
+/// Changes the content of `ino` from `old_size` to `new_size` bytes, overlaying `patch`.
+/// Bytes neither in `patch` nor in old content are holes. Only the regions around the
+/// patch and the truncation point are re-chunked.
+pub(crate) fn apply(
+    txn: &mut WriteTxn<'_>,
+    ctx: &ContentCtx<'_>,
+    ino: InodeNo,
+    old_size: u64,
+    new_size: u64,
+    patch: &Patch<'_>,
+) -> Result<()> {
+    debug_assert!(patch
+        .windows(2)
+        .all(|w| w[0].0 + w[0].1.len() as u64 <= w[1].0));
+    debug_assert!(patch.iter().all(|(o, d)| o + d.len() as u64 <= new_size));
+    // Each seed is (first changed byte, end of the change): a region must be re-chunked
+    // from the block holding the first byte until at least the end.
+    let mut seeds: Vec<(u64, u64)> = Vec::new();
+    if new_size < old_size {
+        for extent in take_extents(txn, ino, new_size, u64::MAX)? {
+            release_block(txn, ctx.cache, extent.block)?;
+        }
+        if let Some(straddling) = extent_at_or_before(txn, ino, new_size)? {
+            if straddling.end() > new_size {
+                seeds.push((straddling.offset, new_size));
+            }
+        }
+    }
+    seeds.extend(
+        patch
+            .iter()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(o, d)| (*o, o + d.len() as u64)),
+    );
+    seeds.sort_unstable();
+
+    let mut next_seed = 0;
+    while next_seed < seeds.len() {
+        let (first, mut need) = seeds[next_seed];
+        next_seed += 1;
+        let start = region_start(txn, ino, first)?;
+        let mut view = ContentView {
+            ino,
+            patch,
+            new_size,
+        };
+        let mut window: Vec<u8> = Vec::with_capacity(ctx.chunker.sizes().max * 2);
+        let mut window_start = start;
+        let mut at_end = false;
+        let mut new_extents: Vec<Extent> = Vec::new();
+        loop {
+            while window.len() < ctx.chunker.sizes().max && !at_end {
+                let want = ctx.chunker.sizes().max - window.len();
+                let pos = window_start + window.len() as u64;
+                if !view.append(txn, ctx.cache, pos, want, &mut window)? {
+                    at_end = true;
+                }
+            }
+            let Some(cut) = ctx.chunker.next_cut(&window, at_end) else {
+                break;
+            };
+            let block = store_chunk(txn, ctx, &window[..cut])?;
+            new_extents.push(Extent {
+                offset: window_start,
+                len: cut as u64,
+                block,
+            });
+            window.drain(..cut);
+            window_start += cut as u64;
+            while next_seed < seeds.len() && seeds[next_seed].0 <= window_start {
+                need = need.max(seeds[next_seed].1);
+                next_seed += 1;
+            }
+            if window.is_empty() && at_end {
+                break;
+            }
+            if window_start >= need && extent_starts_at(txn, ino, window_start)? {
+                break;
+            }
+        }
+        let region_end = window_start;
+        for extent in &new_extents {
+            debug_assert!(extent.offset >= start && extent.end() <= region_end);
+        }
+        let old = take_extents(txn, ino, start, region_end)?;
+        for extent in &new_extents {
+            insert_extent(txn, ino, *extent)?;
+        }
+        for extent in old {
+            // Only the extent cut by a truncation may reach past the region.
+            if extent.end() > region_end && region_end < new_size {
+                return Err(Error::corrupt(format!(
+                    "{ino}: extent at {} overlaps the rewritten region ending at {region_end}",
+                    extent.offset
+                )));
+            }
+            release_block(txn, ctx.cache, extent.block)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where re-chunking for a change at `first` starts: the start of the old extent holding
+/// `first`, or of the one ending right at it (an append re-chunks the old tail so cut
+/// points do not depend on how writes were split), else `first` itself.
+fn region_start(conn: &Connection, ino: InodeNo, first: u64) -> Result<u64> {
+    if let Some(extent) = extent_at_or_before(conn, ino, first)? {
+        if extent.end() > first || (extent.end() == first && first > 0) {
+            return Ok(extent.offset);
+        }
+    }
+    Ok(first)
+}
+
+/// The new content of a file during [`apply`]: the patch over the old extents.
+struct ContentView<'p, 'a> {
+    ino: InodeNo,
+    patch: &'p Patch<'a>,
+    new_size: u64,
+}
+
+impl ContentView<'_, '_> {
+    /// Appends up to `want` bytes of new content at `pos` to `out`. Returns false, having
+    /// appended nothing, when `pos` is in a hole or at the end of the file.
+    fn append(
+        &mut self,
+        conn: &Connection,
+        cache: &BlockCache,
+        pos: u64,
+        want: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
+        if pos >= self.new_size || want == 0 {
+            return Ok(false);
+        }
+        let limit = self.new_size.min(pos + want as u64);
+        // Patched bytes win.
+        let idx = self
+            .patch
+            .partition_point(|(o, d)| o + d.len() as u64 <= pos);
+        let next_patch_start = match self.patch.get(idx) {
+            Some((o, d)) if *o <= pos => {
+                let end = limit.min(o + d.len() as u64);
+                out.extend_from_slice(&d[(pos - o) as usize..(end - o) as usize]);
+                return Ok(true);
+            }
+            Some((o, _)) => *o,
+            None => u64::MAX,
+        };
+        let limit = limit.min(next_patch_start);
+        match extent_at_or_before(conn, self.ino, pos)? {
+            Some(extent) if extent.end() > pos => {
+                let bytes = load_block(conn, cache, extent.block)?;
+                if bytes.len() as u64 != extent.len {
+                    return Err(Error::corrupt(format!(
+                        "{}: extent at {} does not match its block",
+                        self.ino, extent.offset
+                    )));
+                }
+                let end = limit.min(extent.end());
+                out.extend_from_slice(
+                    &bytes[(pos - extent.offset) as usize..(end - extent.offset) as usize],
+                );
+                Ok(true)
+            }
+            _ => {
+                // A hole. Re-chunking stops here rather than materialising zeros: a hole
+                // may be terabytes long.
+                let _ = extent_after(conn, self.ino, pos)?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Content is exercised through the Workspace API in workspace.rs and tests/.
+}

@@ -1,0 +1,472 @@
+//! The SQLite database: schema, connections, transactions.
+//!
+//! One writer connection behind a mutex and a pool of reader connections. In WAL mode
+//! readers never block the writer nor each other, so threads serving reads run in
+//! parallel while one mutation commits. Each mutation is one `BEGIN IMMEDIATE`
+//! transaction that takes the next revision; a long busy timeout absorbs other processes
+//! (the CLI against a mounted workspace) so SQLITE_BUSY does not reach callers.
+//!
+//! This module owns the SQL schema; docs/STORAGE.md explains it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use crate::chunker::ChunkSizes;
+use crate::error::{Error, Result, StorageContext};
+use crate::types::{Quota, Revision};
+
+/// The schema version this code writes. Opening a database of another version fails.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = r#"
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value ANY
+);
+CREATE TABLE state (
+    id            INTEGER PRIMARY KEY CHECK (id = 1),
+    revision      INTEGER NOT NULL,
+    stored_bytes  INTEGER NOT NULL,
+    node_count    INTEGER NOT NULL,
+    quota_bytes   INTEGER,
+    quota_inodes  INTEGER
+);
+CREATE TABLE nodes (
+    ino       INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind      INTEGER NOT NULL,
+    perm      INTEGER NOT NULL,
+    uid       INTEGER NOT NULL,
+    gid       INTEGER NOT NULL,
+    nlink     INTEGER NOT NULL,
+    size      INTEGER NOT NULL,
+    atime     INTEGER NOT NULL,
+    mtime     INTEGER NOT NULL,
+    ctime     INTEGER NOT NULL,
+    rdev      INTEGER NOT NULL DEFAULT 0,
+    target    BLOB,
+    revision  INTEGER NOT NULL
+);
+CREATE INDEX nodes_by_revision ON nodes (revision);
+CREATE TABLE dirents (
+    cookie    INTEGER PRIMARY KEY AUTOINCREMENT,
+    parent    INTEGER NOT NULL,
+    name      BLOB NOT NULL,
+    ino       INTEGER NOT NULL,
+    revision  INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX dirents_by_name ON dirents (parent, name);
+CREATE INDEX dirents_by_parent ON dirents (parent, cookie);
+CREATE INDEX dirents_by_ino ON dirents (ino);
+CREATE INDEX dirents_by_revision ON dirents (revision);
+CREATE TABLE blocks (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    hash      BLOB NOT NULL UNIQUE,
+    refcount  INTEGER NOT NULL,
+    raw_len   INTEGER NOT NULL,
+    codec     INTEGER NOT NULL,
+    data      BLOB NOT NULL
+);
+CREATE TABLE extents (
+    ino       INTEGER NOT NULL,
+    offset    INTEGER NOT NULL,
+    len       INTEGER NOT NULL,
+    block     INTEGER NOT NULL,
+    PRIMARY KEY (ino, offset)
+) WITHOUT ROWID;
+CREATE TABLE xattrs (
+    ino    INTEGER NOT NULL,
+    name   BLOB NOT NULL,
+    value  BLOB NOT NULL,
+    PRIMARY KEY (ino, name)
+) WITHOUT ROWID;
+CREATE TABLE tombstones (
+    revision  INTEGER NOT NULL,
+    path      BLOB NOT NULL
+);
+CREATE INDEX tombstones_by_revision ON tombstones (revision);
+"#;
+
+/// How to open a database.
+#[derive(Clone, Debug)]
+pub struct DbOptions {
+    pub create: bool,
+    pub read_only: bool,
+    pub chunk_sizes: ChunkSizes,
+    pub reader_pool_max: usize,
+}
+
+pub(crate) struct Db {
+    writer: Mutex<Connection>,
+    readers: Option<Mutex<Vec<Connection>>>,
+    path: Option<PathBuf>,
+    read_only: bool,
+    reader_pool_max: usize,
+}
+
+/// What `open` learned about the database.
+pub(crate) struct DbInfo {
+    pub chunk_sizes: ChunkSizes,
+    pub workspace_id: String,
+}
+
+fn configure(conn: &Connection, read_only: bool) -> Result<()> {
+    conn.busy_timeout(Duration::from_secs(60))
+        .ctx("setting the busy timeout")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    let mut pragmas = String::from(
+        "PRAGMA synchronous = NORMAL;
+         PRAGMA foreign_keys = OFF;
+         PRAGMA temp_store = MEMORY;
+         PRAGMA cache_size = -16384;
+         PRAGMA mmap_size = 268435456;",
+    );
+    if !read_only {
+        pragmas.push_str("PRAGMA journal_mode = WAL;");
+    }
+    conn.execute_batch(&pragmas)
+        .ctx("configuring the connection")?;
+    Ok(())
+}
+
+impl Db {
+    pub fn open(path: &Path, options: &DbOptions) -> Result<(Db, DbInfo)> {
+        let exists = path.exists();
+        if !exists && !options.create {
+            return Err(Error::io(
+                path.display().to_string(),
+                std::io::Error::from_raw_os_error(libc::ENOENT),
+            ));
+        }
+        let flags = if options.read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let writer = Connection::open_with_flags(path, flags).ctx("opening the database")?;
+        configure(&writer, options.read_only)?;
+        let info = init_or_check(&writer, options)?;
+        let db = Db {
+            writer: Mutex::new(writer),
+            readers: Some(Mutex::new(Vec::new())),
+            path: Some(path.to_path_buf()),
+            read_only: options.read_only,
+            reader_pool_max: options.reader_pool_max.max(1),
+        };
+        Ok((db, info))
+    }
+
+    pub fn open_in_memory(options: &DbOptions) -> Result<(Db, DbInfo)> {
+        let writer = Connection::open_in_memory().ctx("opening an in-memory database")?;
+        configure(&writer, false)?;
+        let info = init_or_check(&writer, options)?;
+        let db = Db {
+            writer: Mutex::new(writer),
+            readers: None,
+            path: None,
+            read_only: false,
+            reader_pool_max: 1,
+        };
+        Ok((db, info))
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Runs `f` on a reader connection inside a read transaction, so every statement in
+    /// `f` sees the same snapshot.
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let Some(pool) = &self.readers else {
+            let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            let tx = conn.transaction().ctx("starting a read")?;
+            let out = f(&tx)?;
+            tx.finish().ctx("ending a read")?;
+            return Ok(out);
+        };
+        let taken = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut conn = match taken {
+            Some(conn) => conn,
+            None => self.new_reader()?,
+        };
+        let result = (|| {
+            let tx = conn.transaction().ctx("starting a read")?;
+            let out = f(&tx)?;
+            tx.finish().ctx("ending a read")?;
+            Ok(out)
+        })();
+        let mut pool = pool.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < self.reader_pool_max && !conn.is_autocommit() {
+            // A failed read left a transaction open; do not reuse that connection.
+        } else if pool.len() < self.reader_pool_max {
+            pool.push(conn);
+        }
+        result
+    }
+
+    fn new_reader(&self) -> Result<Connection> {
+        let path = self.path.as_ref().expect("file databases have a path");
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).ctx("opening a reader")?;
+        configure(&conn, true)?;
+        Ok(conn)
+    }
+
+    /// Runs `f` in a write transaction (BEGIN IMMEDIATE) that takes the next revision.
+    /// `f` returning an error rolls everything back; the revision is not used up.
+    pub fn write<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
+        if self.read_only {
+            return Err(Error::ReadOnly(Default::default()));
+        }
+        let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx("starting a write")?;
+        let state = read_state(&tx)?;
+        let mut txn = WriteTxn {
+            tx,
+            revision: Revision(state.revision.0 + 1),
+            stored_bytes: state.stored_bytes,
+            node_count: state.node_count,
+            quota: state.quota,
+            quota_checked: true,
+        };
+        let out = f(&mut txn)?;
+        txn.finish()?;
+        Ok(out)
+    }
+
+    /// Runs `f` on the writer connection outside of any transaction (maintenance:
+    /// checkpoints, integrity checks).
+    pub fn with_writer<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut conn)
+    }
+}
+
+struct StateRow {
+    revision: Revision,
+    stored_bytes: u64,
+    node_count: u64,
+    quota: Quota,
+}
+
+fn read_state(conn: &Connection) -> Result<StateRow> {
+    conn.prepare_cached(
+        "SELECT revision, stored_bytes, node_count, quota_bytes, quota_inodes FROM state WHERE id = 1",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_row([], |row| {
+            Ok(StateRow {
+                revision: Revision(row.get::<_, i64>(0)? as u64),
+                stored_bytes: row.get::<_, i64>(1)? as u64,
+                node_count: row.get::<_, i64>(2)? as u64,
+                quota: Quota {
+                    bytes_max: row.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                    inodes_max: row.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+                },
+            })
+        })
+    })
+    .ctx("reading the workspace state")
+}
+
+/// Reads the revision, stored bytes and node count as of the connection's snapshot.
+pub(crate) fn read_counters(conn: &Connection) -> Result<(Revision, u64, u64, Quota)> {
+    let state = read_state(conn)?;
+    Ok((
+        state.revision,
+        state.stored_bytes,
+        state.node_count,
+        state.quota,
+    ))
+}
+
+/// A write transaction. Dereferences to the SQLite transaction for statements.
+pub(crate) struct WriteTxn<'c> {
+    tx: rusqlite::Transaction<'c>,
+    /// The revision this mutation commits as.
+    pub revision: Revision,
+    pub stored_bytes: u64,
+    pub node_count: u64,
+    pub quota: Quota,
+    /// Cleared by mutations that only free space, which always pass.
+    quota_checked: bool,
+}
+
+impl std::ops::Deref for WriteTxn<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.tx
+    }
+}
+
+impl WriteTxn<'_> {
+    /// Lets this transaction exceed the quota: it only deletes or frees.
+    pub fn skip_quota(&mut self) {
+        self.quota_checked = false;
+    }
+
+    pub fn set_quota(&mut self, quota: Quota) {
+        self.quota = quota;
+    }
+
+    fn finish(self) -> Result<()> {
+        if self.quota_checked {
+            if let Some(max) = self.quota.bytes_max {
+                if self.stored_bytes > max {
+                    return Err(Error::no_space("workspace byte quota exceeded"));
+                }
+            }
+            if let Some(max) = self.quota.inodes_max {
+                if self.node_count > max {
+                    return Err(Error::no_space("workspace inode quota exceeded"));
+                }
+            }
+        }
+        self.tx
+            .execute(
+                "UPDATE state SET revision = ?1, stored_bytes = ?2, node_count = ?3,
+                        quota_bytes = ?4, quota_inodes = ?5 WHERE id = 1",
+                params![
+                    self.revision.0 as i64,
+                    self.stored_bytes as i64,
+                    self.node_count as i64,
+                    self.quota.bytes_max.map(|v| v as i64),
+                    self.quota.inodes_max.map(|v| v as i64),
+                ],
+            )
+            .ctx("advancing the revision")?;
+        self.tx.commit().ctx("committing")
+    }
+}
+
+fn random_id() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    if filled.is_err() {
+        // Fall back to time and pid; the id only needs to be unlikely to collide.
+        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+        bytes.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..16]);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
+    let has_meta: bool = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+        .ctx("inspecting the database")?
+        > 0;
+    if !has_meta {
+        if options.read_only {
+            return Err(Error::corrupt("not a workspace database (no meta table)"));
+        }
+        let empty: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+            .ctx("inspecting the database")?;
+        if empty != 0 {
+            return Err(Error::corrupt(
+                "not a workspace database (foreign tables present)",
+            ));
+        }
+        create_schema(conn, options)?;
+    }
+    let version: Option<i64> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .ctx("reading the schema version")?;
+    if version != Some(SCHEMA_VERSION) {
+        return Err(Error::corrupt(format!(
+            "schema version {version:?}, this build reads version {SCHEMA_VERSION}"
+        )));
+    }
+    let get = |key: &str| -> Result<i64> {
+        conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |row| {
+            row.get(0)
+        })
+        .ctx("reading workspace settings")
+    };
+    let chunk_sizes = ChunkSizes {
+        min: get("chunk_min")? as usize,
+        avg: get("chunk_avg")? as usize,
+        max: get("chunk_max")? as usize,
+    };
+    if !chunk_sizes.is_valid() {
+        return Err(Error::corrupt(format!(
+            "invalid chunk sizes {chunk_sizes:?}"
+        )));
+    }
+    let workspace_id: String = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'workspace_id'",
+            [],
+            |row| row.get(0),
+        )
+        .ctx("reading the workspace id")?;
+    Ok(DbInfo {
+        chunk_sizes,
+        workspace_id,
+    })
+}
+
+fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
+    let now = crate::clock::system_now();
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .ctx("creating the schema")?;
+    let result = (|| -> Result<()> {
+        conn.execute_batch(SCHEMA).ctx("creating the schema")?;
+        let sizes = options.chunk_sizes;
+        let meta: [(&str, rusqlite::types::Value); 5] = [
+            ("schema_version", SCHEMA_VERSION.into()),
+            ("chunk_min", (sizes.min as i64).into()),
+            ("chunk_avg", (sizes.avg as i64).into()),
+            ("chunk_max", (sizes.max as i64).into()),
+            ("workspace_id", random_id().into()),
+        ];
+        for (key, value) in meta {
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)",
+                params![key, value],
+            )
+            .ctx("creating the schema")?;
+        }
+        conn.execute(
+            "INSERT INTO state (id, revision, stored_bytes, node_count) VALUES (1, 1, 0, 1)",
+            [],
+        )
+        .ctx("creating the schema")?;
+        // The root directory, owned by whoever creates the workspace.
+        let (uid, gid) = (unsafe { libc::geteuid() }, unsafe { libc::getegid() });
+        conn.execute(
+            "INSERT INTO nodes (ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, revision)
+             VALUES (1, ?1, ?2, ?3, ?4, 2, 0, ?5, ?5, ?5, 1)",
+            params![crate::store::kind_code(crate::FileKind::Directory), 0o755, uid, gid, now],
+        )
+        .ctx("creating the root directory")?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT").ctx("creating the schema"),
+        Err(err) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(err)
+        }
+    }
+}

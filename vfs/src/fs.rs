@@ -1,0 +1,753 @@
+//! The path API: a Node-`fs`-like interface for tools and execution backends.
+//!
+//! Paths are absolute POSIX paths in UTF-8. Symlinks are followed in the middle of a path
+//! and, where the operation follows them (stat, read, write), at its end; relative
+//! targets resolve against the link's directory and more than [`SYMLINKS_MAX`] hops is
+//! ELOOP. Every error names the path it concerns.
+//!
+//! Each call is one mutation and one transaction, with one exception: streams
+//! ([`FileWriter`]) commit in bounded pieces so memory stays bounded whatever the size.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+
+use crate::error::{kind, Error, Result};
+use crate::store::{self, PATH_MAX};
+use crate::types::*;
+use crate::workspace::{FileHandle, OpenFlags, Workspace};
+
+/// Symlinks followed while resolving one path before giving up with ELOOP.
+pub const SYMLINKS_MAX: usize = 40;
+
+/// Where a path leads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    /// The directory holding the final entry.
+    pub parent: InodeNo,
+    /// The final entry's name; empty for `/` and for paths ending in `.` or `..`.
+    pub name: Vec<u8>,
+    /// The node, if the entry exists.
+    pub ino: Option<InodeNo>,
+}
+
+/// Options of [`Fs::mkdir`].
+#[derive(Clone, Copy, Debug)]
+pub struct MkdirOptions {
+    /// Create missing parents and accept an existing directory (`mkdir -p`).
+    pub recursive: bool,
+    pub mode: u32,
+}
+
+impl Default for MkdirOptions {
+    fn default() -> MkdirOptions {
+        MkdirOptions {
+            recursive: false,
+            mode: 0o755,
+        }
+    }
+}
+
+/// Options of [`Fs::rm`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RmOptions {
+    /// Remove directories and their contents.
+    pub recursive: bool,
+    /// A missing path is not an error.
+    pub force: bool,
+}
+
+/// The path API over a [`Workspace`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Fs {
+    ws: Workspace,
+    uid: u32,
+    gid: u32,
+}
+
+fn path_bytes(path: &str) -> Result<&[u8]> {
+    if !path.starts_with('/') {
+        return Err(Error::invalid("path must be absolute").at(path));
+    }
+    if path.len() > PATH_MAX {
+        return Err(kind::NameTooLong().at(path));
+    }
+    if path.contains('\0') {
+        return Err(Error::invalid("path contains NUL").at(path));
+    }
+    Ok(path.as_bytes())
+}
+
+/// Joins a directory path and an entry name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+impl Fs {
+    pub(crate) fn new(ws: Workspace) -> Fs {
+        // SAFETY: geteuid/getegid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Fs { ws, uid, gid }
+    }
+
+    /// The workspace under this API.
+    pub fn workspace(&self) -> &Workspace {
+        &self.ws
+    }
+
+    /// Sets the owner of nodes this API creates (default: the process's effective ids).
+    pub fn with_owner(mut self, uid: u32, gid: u32) -> Fs {
+        self.uid = uid;
+        self.gid = gid;
+        self
+    }
+
+    fn owner(&self, perm: u32) -> NewNode {
+        NewNode {
+            perm,
+            uid: self.uid,
+            gid: self.gid,
+        }
+    }
+
+    /// Resolves `path`, following a final symlink if `follow`.
+    pub(crate) fn resolve(&self, path: &str, follow: bool) -> Result<Resolved> {
+        let bytes = path_bytes(path)?;
+        self.ws
+            .db()
+            .read(|conn| resolve_in(conn, bytes, follow))
+            .map_err(|e| e.at(path))
+    }
+
+    fn existing(&self, path: &str, follow: bool) -> Result<InodeNo> {
+        self.resolve(path, follow)?
+            .ino
+            .ok_or_else(|| kind::NotFound().at(path))
+    }
+
+    /// The parent and name for creating `path`; the entry must not exist.
+    fn for_create(&self, path: &str) -> Result<(InodeNo, Vec<u8>)> {
+        let resolved = self.resolve(path, false)?;
+        if resolved.name.is_empty() {
+            return Err(kind::Exists().at(path));
+        }
+        if resolved.ino.is_some() {
+            return Err(kind::Exists().at(path));
+        }
+        Ok((resolved.parent, resolved.name))
+    }
+
+    // ------------------------------------------------------------------------ metadata
+
+    /// Attributes, following a final symlink.
+    pub fn stat(&self, path: &str) -> Result<Attr> {
+        let ino = self.existing(path, true)?;
+        self.ws.getattr(ino).map_err(|e| e.at(path))
+    }
+
+    /// Attributes of the path itself, not of a symlink's target.
+    pub fn lstat(&self, path: &str) -> Result<Attr> {
+        let ino = self.existing(path, false)?;
+        self.ws.getattr(ino).map_err(|e| e.at(path))
+    }
+
+    /// Whether `path` leads somewhere (following symlinks).
+    pub fn exists(&self, path: &str) -> Result<bool> {
+        match self.stat(path) {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound(_)) | Err(Error::NotDir(_)) | Err(Error::Loop(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn chmod(&self, path: &str, mode: u32) -> Result<()> {
+        let ino = self.existing(path, true)?;
+        let changes = SetAttr {
+            perm: Some(mode & 0o7777),
+            ..Default::default()
+        };
+        self.ws
+            .setattr(ino, &changes)
+            .map(drop)
+            .map_err(|e| e.at(path))
+    }
+
+    pub fn chown(&self, path: &str, uid: u32, gid: u32) -> Result<()> {
+        let ino = self.existing(path, true)?;
+        let changes = SetAttr {
+            uid: Some(uid),
+            gid: Some(gid),
+            ..Default::default()
+        };
+        self.ws
+            .setattr(ino, &changes)
+            .map(drop)
+            .map_err(|e| e.at(path))
+    }
+
+    /// Sets access and modification times (nanoseconds since the epoch).
+    pub fn utimes(&self, path: &str, atime: TimestampNs, mtime: TimestampNs) -> Result<()> {
+        let ino = self.existing(path, true)?;
+        let changes = SetAttr {
+            atime: Some(SetTime::At(atime)),
+            mtime: Some(SetTime::At(mtime)),
+            ..Default::default()
+        };
+        self.ws
+            .setattr(ino, &changes)
+            .map(drop)
+            .map_err(|e| e.at(path))
+    }
+
+    // ---------------------------------------------------------------------- file data
+
+    fn open_file(&self, path: &str, flags: OpenFlags) -> Result<FileHandle> {
+        let ino = self.existing(path, true)?;
+        self.ws.open_file(ino, flags).map_err(|e| e.at(path))
+    }
+
+    /// The whole content of a file.
+    pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        let mut reader = self.open_read(path)?;
+        let mut out = Vec::with_capacity(reader.size.min(1 << 30) as usize);
+        reader
+            .read_to_end(&mut out)
+            .map_err(|e| Error::io(path, e))?;
+        Ok(out)
+    }
+
+    /// The whole content of a file as UTF-8.
+    pub fn read_to_string(&self, path: &str) -> Result<String> {
+        String::from_utf8(self.read_file(path)?)
+            .map_err(|_| Error::invalid("file is not valid UTF-8").at(path))
+    }
+
+    /// Up to `len` bytes at `offset`.
+    pub fn read_range(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let fh = self.open_file(path, OpenFlags::READ)?;
+        let out = self.ws.read(fh, offset, len);
+        let released = self.ws.release(fh);
+        let out = out.map_err(|e| e.at(path))?;
+        released.map_err(|e| e.at(path))?;
+        Ok(out)
+    }
+
+    /// A stream over a file's content (bounded memory whatever its size).
+    pub fn open_read(&self, path: &str) -> Result<FileReader> {
+        let fh = self.open_file(path, OpenFlags::READ)?;
+        let size = self.ws.getattr(self.ws.handle_inode(fh)?)?.size;
+        Ok(FileReader {
+            ws: self.ws.clone(),
+            fh: Some(fh),
+            pos: 0,
+            size,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Creates or replaces a file's content in one mutation. Follows a final symlink.
+    pub fn write_file(&self, path: &str, data: impl AsRef<[u8]>) -> Result<()> {
+        let data = data.as_ref();
+        let resolved = self.resolve(path, true)?;
+        if resolved.name.is_empty() {
+            return Err(kind::IsDir().at(path));
+        }
+        self.ws
+            .replace_content(
+                resolved.parent,
+                &resolved.name,
+                resolved.ino,
+                data,
+                self.owner(0o644),
+            )
+            .map_err(|e| e.at(path))
+    }
+
+    /// Writes `data` at `offset` of an existing file (`pwrite`), extending it if needed.
+    pub fn write_at(&self, path: &str, offset: u64, data: impl AsRef<[u8]>) -> Result<()> {
+        let fh = self.open_file(path, OpenFlags::WRITE)?;
+        let result = self
+            .ws
+            .write(fh, offset, data.as_ref())
+            .and_then(|_| self.ws.flush(fh));
+        let released = self.ws.release(fh);
+        result.map_err(|e| e.at(path))?;
+        released.map_err(|e| e.at(path))
+    }
+
+    /// Appends to a file, creating it if missing.
+    pub fn append(&self, path: &str, data: impl AsRef<[u8]>) -> Result<()> {
+        let resolved = self.resolve(path, true)?;
+        if resolved.ino.is_none() {
+            return self.write_file(path, data);
+        }
+        let fh = self.open_file(
+            path,
+            OpenFlags {
+                append: true,
+                ..OpenFlags::WRITE
+            },
+        )?;
+        let result = self
+            .ws
+            .write(fh, 0, data.as_ref())
+            .and_then(|_| self.ws.flush(fh));
+        let released = self.ws.release(fh);
+        result.map_err(|e| e.at(path))?;
+        released.map_err(|e| e.at(path))
+    }
+
+    /// A stream that replaces a file's content (created if missing). Content is committed
+    /// in bounded pieces as it arrives and in full by [`FileWriter::finish`].
+    pub fn create_write(&self, path: &str) -> Result<FileWriter> {
+        let resolved = self.resolve(path, true)?;
+        if resolved.name.is_empty() {
+            return Err(kind::IsDir().at(path));
+        }
+        let fh = match resolved.ino {
+            Some(ino) => self.ws.open_file(
+                ino,
+                OpenFlags {
+                    truncate: true,
+                    ..OpenFlags::WRITE
+                },
+            ),
+            None => self
+                .ws
+                .create(
+                    resolved.parent,
+                    &resolved.name,
+                    self.owner(0o644),
+                    OpenFlags::WRITE,
+                )
+                .map(|(_, fh)| fh),
+        }
+        .map_err(|e| e.at(path))?;
+        Ok(FileWriter {
+            ws: self.ws.clone(),
+            fh: Some(fh),
+            pos: 0,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Truncates or extends a file to `len` bytes.
+    pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
+        let ino = self.existing(path, true)?;
+        let changes = SetAttr {
+            size: Some(len),
+            ..Default::default()
+        };
+        self.ws
+            .setattr(ino, &changes)
+            .map(drop)
+            .map_err(|e| e.at(path))
+    }
+
+    // -------------------------------------------------------------------- directories
+
+    /// Creates a directory; with `recursive`, also its missing parents, in one mutation.
+    pub fn mkdir(&self, path: &str, options: MkdirOptions) -> Result<()> {
+        if !options.recursive {
+            let (parent, name) = self.for_create(path)?;
+            return self
+                .ws
+                .mkdir(parent, &name, self.owner(options.mode))
+                .map(drop)
+                .map_err(|e| e.at(path));
+        }
+        let bytes = path_bytes(path)?;
+        self.ws
+            .mkdir_all(bytes, self.owner(options.mode))
+            .map_err(|e| e.at(path))
+    }
+
+    /// Every entry of a directory, in creation order.
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let ino = self.existing(path, true)?;
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.ws.readdir(ino, after, 1024).map_err(|e| e.at(path))?;
+            let Some(last) = page.last() else { break };
+            after = last.cookie;
+            out.extend(page);
+        }
+        Ok(out)
+    }
+
+    /// One page of a directory: up to `limit` entries after cookie `after` (0 starts), and
+    /// the cookie to pass for the next page, `None` at the end.
+    pub fn readdir_page(
+        &self,
+        path: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, Option<u64>)> {
+        let ino = self.existing(path, true)?;
+        let page = self
+            .ws
+            .readdir(ino, after, limit.saturating_add(1))
+            .map_err(|e| e.at(path))?;
+        if page.len() > limit {
+            let mut page = page;
+            page.truncate(limit);
+            let next = page.last().map(|e| e.cookie);
+            Ok((page, next))
+        } else {
+            Ok((page, None))
+        }
+    }
+
+    /// Removes a file, symlink or (with `recursive`) a directory tree, in one mutation.
+    pub fn rm(&self, path: &str, options: RmOptions) -> Result<()> {
+        let resolved = match self.resolve(path, false) {
+            Ok(r) => r,
+            Err(Error::NotFound(_)) if options.force => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Some(ino) = resolved.ino else {
+            return if options.force {
+                Ok(())
+            } else {
+                Err(kind::NotFound().at(path))
+            };
+        };
+        if resolved.name.is_empty() {
+            return Err(Error::invalid("cannot remove the root or a '.'/'..' path").at(path));
+        }
+        let attr = self.ws.getattr(ino).map_err(|e| e.at(path))?;
+        let result = if attr.is_dir() {
+            if !options.recursive {
+                return Err(kind::IsDir().at(path));
+            }
+            self.ws.remove_tree(resolved.parent, &resolved.name)
+        } else {
+            self.ws.unlink(resolved.parent, &resolved.name)
+        };
+        match result {
+            Err(Error::NotFound(_)) if options.force => Ok(()),
+            other => other.map_err(|e| e.at(path)),
+        }
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, path: &str) -> Result<()> {
+        let resolved = self.resolve(path, false)?;
+        if resolved.name.is_empty() {
+            return Err(Error::invalid("cannot remove the root or a '.'/'..' path").at(path));
+        }
+        self.ws
+            .rmdir(resolved.parent, &resolved.name)
+            .map_err(|e| e.at(path))
+    }
+
+    /// Removes a file or symlink.
+    pub fn unlink(&self, path: &str) -> Result<()> {
+        let resolved = self.resolve(path, false)?;
+        if resolved.name.is_empty() {
+            return Err(kind::IsDir().at(path));
+        }
+        self.ws
+            .unlink(resolved.parent, &resolved.name)
+            .map_err(|e| e.at(path))
+    }
+
+    /// Renames with rename(2) semantics: an existing target is replaced atomically.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.rename_with(from, to, RenameFlags::default())
+    }
+
+    /// Renames with `renameat2(2)` flags.
+    pub fn rename_with(&self, from: &str, to: &str, flags: RenameFlags) -> Result<()> {
+        let src = self.resolve(from, false)?;
+        if src.ino.is_none() {
+            return Err(kind::NotFound().at(from));
+        }
+        if src.name.is_empty() {
+            return Err(Error::invalid("cannot rename the root or a '.'/'..' path").at(from));
+        }
+        let dst = self.resolve(to, false)?;
+        if dst.name.is_empty() {
+            return Err(Error::invalid("cannot rename onto the root or a '.'/'..' path").at(to));
+        }
+        self.ws
+            .rename(src.parent, &src.name, dst.parent, &dst.name, flags)
+            .map_err(|e| match e {
+                Error::NotFound(_) | Error::Invalid { .. } => e.at(from),
+                other => other.at(to),
+            })
+    }
+
+    /// Copies a file (sharing its blocks: no data is rewritten) or, with `recursive`, a
+    /// directory tree, in one mutation. The target must not exist.
+    pub fn copy(&self, from: &str, to: &str, recursive: bool) -> Result<()> {
+        let src = self.existing(from, true)?;
+        let attr = self.ws.getattr(src).map_err(|e| e.at(from))?;
+        if attr.is_dir() && !recursive {
+            return Err(kind::IsDir().at(from));
+        }
+        let (parent, name) = self.for_create(to)?;
+        if attr.is_dir() && self.ws.is_ancestor_of(src, parent).map_err(|e| e.at(to))? {
+            return Err(Error::invalid("cannot copy a directory into itself").at(to));
+        }
+        self.ws
+            .copy_tree(
+                src,
+                parent,
+                &name,
+                NewNode {
+                    uid: self.uid,
+                    gid: self.gid,
+                    perm: attr.perm,
+                },
+            )
+            .map_err(|e| e.at(to))
+    }
+
+    // ---------------------------------------------------------------- links
+
+    /// Creates a symlink at `path` pointing to `target`.
+    pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
+        let (parent, name) = self.for_create(path)?;
+        self.ws
+            .symlink(parent, &name, target.as_bytes(), self.owner(0o777))
+            .map(drop)
+            .map_err(|e| e.at(path))
+    }
+
+    /// The target of a symlink.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        let ino = self.existing(path, false)?;
+        let target = self.ws.readlink(ino).map_err(|e| e.at(path))?;
+        Ok(String::from_utf8_lossy(&target).into_owned())
+    }
+
+    /// Creates a hard link `new` to the file at `existing`.
+    pub fn link(&self, existing: &str, new: &str) -> Result<()> {
+        let ino = self.existing(existing, false)?;
+        let (parent, name) = self.for_create(new)?;
+        self.ws
+            .link(ino, parent, &name)
+            .map(drop)
+            .map_err(|e| e.at(new))
+    }
+}
+
+/// Resolves `path` (absolute, bytes) inside one read transaction.
+pub(crate) fn resolve_in(
+    conn: &rusqlite::Connection,
+    path: &[u8],
+    follow: bool,
+) -> Result<Resolved> {
+    let must_be_dir = path.len() > 1 && path.ends_with(b"/");
+    let mut pending: Vec<Vec<u8>> = components(path);
+    pending.reverse();
+    // The chain of directories from the root to the current one, for "..".
+    let mut chain: Vec<InodeNo> = vec![InodeNo::ROOT];
+    let mut links = 0;
+    let mut last_name: Vec<u8> = Vec::new();
+    let mut last_parent = InodeNo::ROOT;
+    let mut last_ino = Some(InodeNo::ROOT);
+    while let Some(component) = pending.pop() {
+        let current = *chain.last().expect("the chain always holds the root");
+        let is_last = pending.is_empty();
+        if component == b"." || component == b".." {
+            if component == b".." && chain.len() > 1 {
+                chain.pop();
+            }
+            let dir = *chain.last().expect("the chain always holds the root");
+            last_name.clear();
+            last_parent = dir;
+            last_ino = Some(dir);
+            let attr = store::attr(conn, current)?;
+            if !attr.is_dir() {
+                return Err(kind::NotDir());
+            }
+            continue;
+        }
+        let dir = store::attr(conn, current)?;
+        if !dir.is_dir() {
+            return Err(kind::NotDir());
+        }
+        if component.len() > store::NAME_MAX {
+            return Err(kind::NameTooLong());
+        }
+        let child = store::lookup_attr(conn, current, &component)?;
+        let Some(child) = child else {
+            if is_last {
+                return Ok(Resolved {
+                    parent: current,
+                    name: component,
+                    ino: None,
+                });
+            }
+            return Err(kind::NotFound());
+        };
+        if child.kind == FileKind::Symlink && (!is_last || follow || must_be_dir) {
+            links += 1;
+            if links > SYMLINKS_MAX {
+                return Err(kind::Loop());
+            }
+            let target = store::symlink_target(conn, child.ino)?;
+            if target.starts_with(b"/") {
+                chain.truncate(1);
+            }
+            let mut parts = components(&target);
+            if parts.is_empty() {
+                parts.push(b".".to_vec());
+            }
+            for part in parts.into_iter().rev() {
+                pending.push(part);
+            }
+            continue;
+        }
+        if is_last {
+            last_parent = current;
+            last_name = component;
+            last_ino = Some(child.ino);
+            if must_be_dir && !child.is_dir() {
+                return Err(kind::NotDir());
+            }
+            break;
+        }
+        chain.push(child.ino);
+        last_ino = Some(child.ino);
+    }
+    Ok(Resolved {
+        parent: last_parent,
+        name: last_name,
+        ino: last_ino,
+    })
+}
+
+fn components(path: &[u8]) -> Vec<Vec<u8>> {
+    path.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+/// A stream over a file's content; see [`Fs::open_read`].
+pub struct FileReader {
+    ws: Workspace,
+    fh: Option<FileHandle>,
+    pos: u64,
+    size: u64,
+    path: String,
+}
+
+impl FileReader {
+    /// The file's size when it was opened.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl Read for FileReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(fh) = self.fh else { return Ok(0) };
+        let want = buf.len().min(1 << 20);
+        let bytes = self
+            .ws
+            .read(fh, self.pos, want)
+            .map_err(|e| to_io(e, &self.path))?;
+        buf[..bytes.len()].copy_from_slice(&bytes);
+        self.pos += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+}
+
+impl Seek for FileReader {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.size.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        Ok(self.pos)
+    }
+}
+
+impl Drop for FileReader {
+    fn drop(&mut self) {
+        if let Some(fh) = self.fh.take() {
+            let _ = self.ws.release(fh);
+        }
+    }
+}
+
+/// A stream that writes a file; see [`Fs::create_write`]. Call [`FileWriter::finish`] to
+/// see commit errors; dropping it commits too but can only log them.
+pub struct FileWriter {
+    ws: Workspace,
+    fh: Option<FileHandle>,
+    pos: u64,
+    path: String,
+}
+
+impl FileWriter {
+    /// Commits everything written and closes the file.
+    pub fn finish(mut self) -> Result<()> {
+        let fh = self.fh.take().expect("a writer is finished once");
+        let flushed = self.ws.flush(fh);
+        let released = self.ws.release(fh);
+        flushed.map_err(|e| e.at(&self.path))?;
+        released.map_err(|e| e.at(&self.path))
+    }
+}
+
+impl Write for FileWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let fh = self
+            .fh
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        let n = self
+            .ws
+            .write(fh, self.pos, buf)
+            .map_err(|e| to_io(e, &self.path))?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let fh = self
+            .fh
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        self.ws.flush(fh).map_err(|e| to_io(e, &self.path))
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        if let Some(fh) = self.fh.take() {
+            if let Err(err) = self.ws.release(fh) {
+                tracing::warn!("failed to commit {}: {err}", self.path);
+            }
+        }
+    }
+}
+
+fn to_io(err: Error, path: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::Other, err.at(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn components_skip_empty_parts() {
+        assert_eq!(components(b"/a//b/"), vec![b"a".to_vec(), b"b".to_vec()]);
+        assert!(components(b"/").is_empty());
+    }
+
+    #[test]
+    fn relative_paths_are_refused() {
+        assert!(matches!(path_bytes("a/b"), Err(Error::Invalid { .. })));
+        assert!(path_bytes("/a/b").is_ok());
+    }
+}

@@ -1,0 +1,45 @@
+//! `computer-vfs`: the workspace store.
+//!
+//! A workspace is a POSIX-like tree of files, directories and symlinks kept in one SQLite
+//! database. File content is cut into content-defined blocks, keyed by their BLAKE3 hash,
+//! compressed with zstd and stored once however many files use them. Every committed
+//! mutation takes the next revision of a change log, so a replica can ask for everything
+//! after revision R.
+//!
+//! Two APIs over one [`Workspace`]:
+//! - the inode API ([`Workspace`] methods: `lookup`, `getattr`, `open`, `write`, ...),
+//!   shaped like the kernel's FUSE requests, for `computerd`;
+//! - the path API ([`Fs`]: `read_file`, `write_file`, `mkdir`, `rm`, `glob`, `grep`, ...),
+//!   shaped like Node's `fs`, for tools and execution backends.
+//!
+//! This crate knows nothing of FUSE, RPC or processes. docs/ARCHITECTURE.md has the map,
+//! docs/STORAGE.md the tables and the block format.
+
+mod block;
+mod check;
+mod chunker;
+pub mod clock;
+mod content;
+mod db;
+mod error;
+mod fs;
+mod search;
+mod store;
+pub mod transfer;
+mod tree;
+mod types;
+mod workspace;
+
+pub use block::{BlockHash, Codec, HASH_LEN};
+pub use check::{CheckReport, Problem};
+pub use chunker::{ChunkSizes, Chunker};
+pub use db::SCHEMA_VERSION;
+pub use error::{Error, ErrorPath, Result};
+pub use fs::{join, FileReader, FileWriter, Fs, MkdirOptions, RmOptions, SYMLINKS_MAX};
+pub use search::{GrepMatch, GrepOptions};
+pub use store::{check_name, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX};
+pub use types::*;
+pub use workspace::{
+    FileHandle, OpenFlags, Options, Workspace, FILE_SIZE_MAX_DEFAULT, XATTR_NAME_MAX,
+    XATTR_VALUE_MAX,
+};

@@ -1,0 +1,510 @@
+//! Rows of nodes and directory entries: the SQL behind the namespace.
+//!
+//! Plain functions over a connection. Read helpers take any connection (reader or the
+//! write transaction); mutating helpers take the [`WriteTxn`] so they stamp its revision
+//! and keep its counters. Policy (what rename may replace, when a node dies) lives in
+//! `workspace.rs`; this module only reads and writes rows.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use crate::db::WriteTxn;
+use crate::error::{kind, Error, Result, StorageContext};
+use crate::types::{Attr, DirEntry, FileKind, InodeNo, NewNode, Revision, TimestampNs};
+
+/// Longest name of one directory entry, in bytes.
+pub const NAME_MAX: usize = 255;
+/// Longest path the path API accepts, in bytes.
+pub const PATH_MAX: usize = 4096;
+/// Longest symlink target, in bytes.
+pub const SYMLINK_MAX: usize = 4095;
+/// Most hard links to one node.
+pub const LINK_MAX: u32 = 65000;
+
+pub(crate) fn kind_code(kind: FileKind) -> i64 {
+    match kind {
+        FileKind::File => 1,
+        FileKind::Directory => 2,
+        FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDevice => 6,
+        FileKind::BlockDevice => 7,
+    }
+}
+
+pub(crate) fn kind_from_code(code: i64) -> Result<FileKind> {
+    Ok(match code {
+        1 => FileKind::File,
+        2 => FileKind::Directory,
+        3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::Socket,
+        6 => FileKind::CharDevice,
+        7 => FileKind::BlockDevice,
+        other => return Err(Error::corrupt(format!("unknown node kind {other}"))),
+    })
+}
+
+/// Checks one entry name: not empty, no slash or NUL, not `.` or `..`, short enough.
+pub fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(kind::NameTooLong());
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::invalid("not a valid entry name"));
+    }
+    Ok(())
+}
+
+const ATTR_COLUMNS: &str =
+    "ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, revision";
+
+fn attr_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<(Attr, i64)> {
+    let kind_code: i64 = row.get(first + 1)?;
+    let attr = Attr {
+        ino: InodeNo(row.get::<_, i64>(first)? as u64),
+        kind: FileKind::File, // fixed up by the caller, which can return a typed error
+        perm: row.get::<_, i64>(first + 2)? as u32,
+        uid: row.get::<_, i64>(first + 3)? as u32,
+        gid: row.get::<_, i64>(first + 4)? as u32,
+        nlink: row.get::<_, i64>(first + 5)? as u32,
+        size: row.get::<_, i64>(first + 6)? as u64,
+        atime: row.get(first + 7)?,
+        mtime: row.get(first + 8)?,
+        ctime: row.get(first + 9)?,
+        rdev: row.get::<_, i64>(first + 10)? as u32,
+        revision: Revision(row.get::<_, i64>(first + 11)? as u64),
+    };
+    Ok((attr, kind_code))
+}
+
+fn finish_attr((mut attr, code): (Attr, i64)) -> Result<Attr> {
+    attr.kind = kind_from_code(code)?;
+    Ok(attr)
+}
+
+/// The attributes of `ino`, or `None` if no such node exists.
+pub(crate) fn load_attr(conn: &Connection, ino: InodeNo) -> Result<Option<Attr>> {
+    let sql = format!("SELECT {ATTR_COLUMNS} FROM nodes WHERE ino = ?1");
+    let row = conn
+        .prepare_cached(&sql)
+        .and_then(|mut stmt| {
+            stmt.query_row([ino.0 as i64], |row| attr_from_row(row, 0))
+                .optional()
+        })
+        .ctx("reading a node")?;
+    row.map(finish_attr).transpose()
+}
+
+/// Like [`load_attr`], but a missing node is ENOENT.
+pub(crate) fn attr(conn: &Connection, ino: InodeNo) -> Result<Attr> {
+    load_attr(conn, ino)?.ok_or_else(kind::NotFound)
+}
+
+/// The node a directory entry names, if the entry exists.
+pub(crate) fn lookup(conn: &Connection, parent: InodeNo, name: &[u8]) -> Result<Option<InodeNo>> {
+    conn.prepare_cached("SELECT ino FROM dirents WHERE parent = ?1 AND name = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![parent.0 as i64, name], |row| row.get::<_, i64>(0))
+                .optional()
+        })
+        .map(|ino| ino.map(|i| InodeNo(i as u64)))
+        .ctx("looking up a name")
+}
+
+/// The attributes of the node a directory entry names.
+pub(crate) fn lookup_attr(conn: &Connection, parent: InodeNo, name: &[u8]) -> Result<Option<Attr>> {
+    let sql = format!(
+        "SELECT {} FROM dirents d JOIN nodes n ON n.ino = d.ino WHERE d.parent = ?1 AND d.name = ?2",
+        ATTR_COLUMNS.split(", ").map(|c| format!("n.{c}")).collect::<Vec<_>>().join(", ")
+    );
+    let row = conn
+        .prepare_cached(&sql)
+        .and_then(|mut stmt| {
+            stmt.query_row(params![parent.0 as i64, name], |row| attr_from_row(row, 0))
+                .optional()
+        })
+        .ctx("looking up a name")?;
+    row.map(finish_attr).transpose()
+}
+
+/// The target of a symlink.
+pub(crate) fn symlink_target(conn: &Connection, ino: InodeNo) -> Result<Vec<u8>> {
+    let row: Option<(i64, Option<Vec<u8>>)> = conn
+        .prepare_cached("SELECT kind, target FROM nodes WHERE ino = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([ino.0 as i64], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .ctx("reading a symlink")?;
+    match row {
+        None => Err(kind::NotFound()),
+        Some((code, target)) => {
+            if kind_from_code(code)? != FileKind::Symlink {
+                return Err(kind::NotSymlink());
+            }
+            target.ok_or_else(|| Error::corrupt(format!("symlink {ino} has no target")))
+        }
+    }
+}
+
+/// Entries of a directory with a cookie greater than `after`, in cookie order.
+pub(crate) fn list(
+    conn: &Connection,
+    dir: InodeNo,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<DirEntry>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT d.cookie, d.name, d.ino, n.kind FROM dirents d JOIN nodes n ON n.ino = d.ino
+             WHERE d.parent = ?1 AND d.cookie > ?2 ORDER BY d.cookie LIMIT ?3",
+        )
+        .ctx("listing a directory")?;
+    let rows = stmt
+        .query_map(
+            params![
+                dir.0 as i64,
+                after.min(i64::MAX as u64) as i64,
+                limit.min(i64::MAX as usize) as i64
+            ],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, i64>(3)?,
+                ))
+            },
+        )
+        .ctx("listing a directory")?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (cookie, name, ino, code) = row.ctx("listing a directory")?;
+        out.push(DirEntry {
+            name,
+            ino: InodeNo(ino as u64),
+            kind: kind_from_code(code)?,
+            cookie: cookie as u64,
+        });
+    }
+    Ok(out)
+}
+
+/// Entries with their attributes, as `readdirplus` needs them.
+pub(crate) fn list_plus(
+    conn: &Connection,
+    dir: InodeNo,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<(DirEntry, Attr)>> {
+    let sql = format!(
+        "SELECT d.cookie, d.name, {} FROM dirents d JOIN nodes n ON n.ino = d.ino
+         WHERE d.parent = ?1 AND d.cookie > ?2 ORDER BY d.cookie LIMIT ?3",
+        ATTR_COLUMNS
+            .split(", ")
+            .map(|c| format!("n.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut stmt = conn.prepare_cached(&sql).ctx("listing a directory")?;
+    let rows = stmt
+        .query_map(
+            params![
+                dir.0 as i64,
+                after.min(i64::MAX as u64) as i64,
+                limit.min(i64::MAX as usize) as i64
+            ],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Vec<u8>>(1)?,
+                    attr_from_row(row, 2)?,
+                ))
+            },
+        )
+        .ctx("listing a directory")?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (cookie, name, raw) = row.ctx("listing a directory")?;
+        let attr = finish_attr(raw)?;
+        let entry = DirEntry {
+            name,
+            ino: attr.ino,
+            kind: attr.kind,
+            cookie: cookie as u64,
+        };
+        out.push((entry, attr));
+    }
+    Ok(out)
+}
+
+/// Whether a directory has any entry.
+pub(crate) fn has_entries(conn: &Connection, dir: InodeNo) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM dirents WHERE parent = ?1 LIMIT 1")
+        .and_then(|mut stmt| stmt.exists([dir.0 as i64]))
+        .ctx("checking a directory")
+}
+
+/// The directory holding `dir` and its name there. `None` for the root. Directories
+/// have exactly one entry naming them.
+pub(crate) fn parent_of_dir(conn: &Connection, dir: InodeNo) -> Result<Option<(InodeNo, Vec<u8>)>> {
+    if dir == InodeNo::ROOT {
+        return Ok(None);
+    }
+    conn.prepare_cached("SELECT parent, name FROM dirents WHERE ino = ?1 LIMIT 1")
+        .and_then(|mut stmt| {
+            stmt.query_row([dir.0 as i64], |row| {
+                Ok((
+                    InodeNo(row.get::<_, i64>(0)? as u64),
+                    row.get::<_, Vec<u8>>(1)?,
+                ))
+            })
+            .optional()
+        })
+        .ctx("finding a parent")
+}
+
+/// The absolute path of a directory, walking up its entries.
+pub(crate) fn dir_path(conn: &Connection, dir: InodeNo) -> Result<Vec<u8>> {
+    let mut names = Vec::new();
+    let mut current = dir;
+    while let Some((parent, name)) = parent_of_dir(conn, current)? {
+        names.push(name);
+        if names.len() > PATH_MAX {
+            return Err(Error::corrupt(format!("{dir} has a cycle of parents")));
+        }
+        current = parent;
+    }
+    if current != InodeNo::ROOT {
+        // A detached directory (being deleted): no path.
+        return Err(kind::NotFound());
+    }
+    let mut path = Vec::new();
+    for name in names.iter().rev() {
+        path.push(b'/');
+        path.extend_from_slice(name);
+    }
+    if path.is_empty() {
+        path.push(b'/');
+    }
+    Ok(path)
+}
+
+/// The path of entry `name` in `parent`.
+pub(crate) fn entry_path(conn: &Connection, parent: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+    let mut path = dir_path(conn, parent)?;
+    if path != b"/" {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    Ok(path)
+}
+
+/// Whether `ancestor` is `dir` or one of its ancestors.
+pub(crate) fn is_ancestor(conn: &Connection, ancestor: InodeNo, dir: InodeNo) -> Result<bool> {
+    let mut current = dir;
+    for _ in 0..=PATH_MAX {
+        if current == ancestor {
+            return Ok(true);
+        }
+        match parent_of_dir(conn, current)? {
+            Some((parent, _)) => current = parent,
+            None => return Ok(false),
+        }
+    }
+    Err(Error::corrupt(format!("{dir} has a cycle of parents")))
+}
+
+/// Inserts a node with the link count of a freshly named node (2 for a directory, 1
+/// otherwise) and returns its number. Counts it against the inode quota.
+pub(crate) fn insert_node(
+    txn: &mut WriteTxn<'_>,
+    kind: FileKind,
+    owner: NewNode,
+    rdev: u32,
+    target: Option<&[u8]>,
+    now: TimestampNs,
+) -> Result<InodeNo> {
+    let nlink = if kind == FileKind::Directory { 2 } else { 1 };
+    let size = target.map_or(0, |t| t.len() as i64);
+    txn.prepare_cached(
+        "INSERT INTO nodes (kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, revision)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            kind_code(kind),
+            owner.perm & 0o7777,
+            owner.uid,
+            owner.gid,
+            nlink,
+            size,
+            now,
+            rdev,
+            target,
+            txn.revision.0 as i64
+        ])
+    })
+    .ctx("creating a node")?;
+    txn.node_count += 1;
+    Ok(InodeNo(txn.last_insert_rowid() as u64))
+}
+
+/// Adds entry `name` in `parent` for `ino`. Link counts are the caller's business.
+pub(crate) fn insert_dirent(
+    txn: &WriteTxn<'_>,
+    parent: InodeNo,
+    name: &[u8],
+    ino: InodeNo,
+) -> Result<()> {
+    txn.prepare_cached("INSERT INTO dirents (parent, name, ino, revision) VALUES (?1, ?2, ?3, ?4)")
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                parent.0 as i64,
+                name,
+                ino.0 as i64,
+                txn.revision.0 as i64
+            ])
+        })
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ConstraintViolation) => kind::Exists(),
+            _ => Error::Storage {
+                path: Default::default(),
+                context: "adding an entry",
+                source: e,
+            },
+        })?;
+    Ok(())
+}
+
+/// Removes entry `name` from `parent` and records a tombstone for its path. Inside a
+/// removed tree only the top gets one (`tombstone` false below it): a tombstone covers
+/// everything under its path.
+pub(crate) fn remove_dirent(txn: &WriteTxn<'_>, parent: InodeNo, name: &[u8]) -> Result<()> {
+    remove_dirent_with(txn, parent, name, true)
+}
+
+pub(crate) fn remove_dirent_with(
+    txn: &WriteTxn<'_>,
+    parent: InodeNo,
+    name: &[u8],
+    tombstone: bool,
+) -> Result<()> {
+    let path = if tombstone {
+        entry_path(txn, parent, name)?
+    } else {
+        Vec::new()
+    };
+    let removed = txn
+        .prepare_cached("DELETE FROM dirents WHERE parent = ?1 AND name = ?2")
+        .and_then(|mut stmt| stmt.execute(params![parent.0 as i64, name]))
+        .ctx("removing an entry")?;
+    if removed != 1 {
+        return Err(Error::corrupt("removed an entry that was not there"));
+    }
+    if !tombstone {
+        return Ok(());
+    }
+    txn.prepare_cached("INSERT INTO tombstones (revision, path) VALUES (?1, ?2)")
+        .and_then(|mut stmt| stmt.execute(params![txn.revision.0 as i64, path]))
+        .ctx("recording a tombstone")?;
+    Ok(())
+}
+
+/// Adds `delta` to a node's link count and stamps the change.
+pub(crate) fn add_nlink(
+    txn: &WriteTxn<'_>,
+    ino: InodeNo,
+    delta: i64,
+    now: TimestampNs,
+) -> Result<()> {
+    txn.prepare_cached(
+        "UPDATE nodes SET nlink = nlink + ?2, ctime = ?3, revision = ?4 WHERE ino = ?1",
+    )
+    .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, delta, now, txn.revision.0 as i64]))
+    .ctx("counting links")?;
+    Ok(())
+}
+
+/// Marks a directory's content as changed now (entry added or removed).
+pub(crate) fn touch_dir(
+    txn: &WriteTxn<'_>,
+    dir: InodeNo,
+    nlink_delta: i64,
+    now: TimestampNs,
+) -> Result<()> {
+    txn.prepare_cached(
+        "UPDATE nodes SET mtime = ?2, ctime = ?2, nlink = nlink + ?3, revision = ?4 WHERE ino = ?1",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            dir.0 as i64,
+            now,
+            nlink_delta,
+            txn.revision.0 as i64
+        ])
+    })
+    .ctx("updating a directory")?;
+    Ok(())
+}
+
+/// Stamps a node's ctime and revision (a metadata change).
+pub(crate) fn touch_ctime(txn: &WriteTxn<'_>, ino: InodeNo, now: TimestampNs) -> Result<()> {
+    txn.prepare_cached("UPDATE nodes SET ctime = ?2, revision = ?3 WHERE ino = ?1")
+        .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, now, txn.revision.0 as i64]))
+        .ctx("updating a node")?;
+    Ok(())
+}
+
+/// Writes back the settable attributes of a node.
+pub(crate) fn store_attr(txn: &WriteTxn<'_>, attr: &Attr) -> Result<()> {
+    txn.prepare_cached(
+        "UPDATE nodes SET perm = ?2, uid = ?3, gid = ?4, size = ?5, atime = ?6, mtime = ?7, ctime = ?8,
+                revision = ?9 WHERE ino = ?1",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            attr.ino.0 as i64,
+            attr.perm,
+            attr.uid,
+            attr.gid,
+            attr.size as i64,
+            attr.atime,
+            attr.mtime,
+            attr.ctime,
+            txn.revision.0 as i64
+        ])
+    })
+    .ctx("updating a node")?;
+    Ok(())
+}
+
+/// Deletes a node row and its extended attributes. Content must be released first.
+pub(crate) fn delete_node_row(txn: &mut WriteTxn<'_>, ino: InodeNo) -> Result<()> {
+    assert_ne!(ino, InodeNo::ROOT, "the root directory is never deleted");
+    txn.prepare_cached("DELETE FROM xattrs WHERE ino = ?1")
+        .and_then(|mut stmt| stmt.execute([ino.0 as i64]))
+        .ctx("deleting attributes")?;
+    let deleted = txn
+        .prepare_cached("DELETE FROM nodes WHERE ino = ?1")
+        .and_then(|mut stmt| stmt.execute([ino.0 as i64]))
+        .ctx("deleting a node")?;
+    if deleted == 1 {
+        txn.node_count -= 1;
+    }
+    Ok(())
+}
+
+/// Nodes whose last link is gone: left by a crash while they were open.
+pub(crate) fn orphans(conn: &Connection) -> Result<Vec<InodeNo>> {
+    let mut stmt = conn
+        .prepare("SELECT ino FROM nodes WHERE nlink = 0 AND ino != 1")
+        .ctx("finding orphans")?;
+    let rows = stmt
+        .query_map([], |row| row.get::<_, i64>(0))
+        .ctx("finding orphans")?;
+    rows.map(|r| r.map(|i| InodeNo(i as u64)).ctx("finding orphans"))
+        .collect()
+}

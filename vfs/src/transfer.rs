@@ -1,0 +1,306 @@
+//! Copying trees between the host filesystem and a workspace (`import`, `export`).
+//!
+//! Files are streamed (bounded memory), modes and modification times are kept, symlinks
+//! are copied as symlinks, and hard links stay hard links. Each file is its own mutation.
+//! A progress callback sees totals counted up front, so callers can draw a bar.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::fs::{join, Fs, MkdirOptions};
+use crate::types::{FileKind, InodeNo};
+
+const COPY_BUFFER: usize = 1 << 20;
+
+/// Where a transfer stands.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+/// What a transfer did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub files: u64,
+    pub directories: u64,
+    pub symlinks: u64,
+    pub hard_links: u64,
+    pub bytes: u64,
+    /// Special files (fifos, sockets, devices) that were not copied.
+    pub skipped: u64,
+}
+
+fn host_err(path: &Path, err: std::io::Error) -> Error {
+    Error::io(path.display().to_string(), err)
+}
+
+fn to_str(path: &Path) -> Result<&str> {
+    path.to_str()
+        .ok_or_else(|| Error::invalid("host path is not UTF-8").at(&path.display().to_string()))
+}
+
+/// Counts files and bytes below `dir` on the host, for progress totals.
+fn host_totals(dir: &Path) -> Result<(u64, u64)> {
+    let (mut files, mut bytes) = (0, 0);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        for entry in fs::read_dir(&path).map_err(|e| host_err(&path, e))? {
+            let entry = entry.map_err(|e| host_err(&path, e))?;
+            let meta = entry.metadata().map_err(|e| host_err(&entry.path(), e))?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                files += 1;
+                bytes += meta.len();
+            }
+        }
+    }
+    Ok((files, bytes))
+}
+
+fn nanos(meta: &fs::Metadata) -> i64 {
+    meta.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(meta.mtime_nsec())
+}
+
+/// Copies the host directory `source` to `dest` in the workspace (created if missing).
+pub fn import(
+    fs: &Fs,
+    source: &Path,
+    dest: &str,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Summary> {
+    let meta = fs::metadata(source).map_err(|e| host_err(source, e))?;
+    if !meta.is_dir() {
+        return Err(Error::NotDir(Default::default()).at(&source.display().to_string()));
+    }
+    let (files_total, bytes_total) = host_totals(source)?;
+    let mut state = Progress {
+        files_total,
+        bytes_total,
+        ..Default::default()
+    };
+    let mut summary = Summary::default();
+    fs.mkdir(
+        dest,
+        MkdirOptions {
+            recursive: true,
+            mode: meta.permissions().mode() & 0o7777,
+        },
+    )?;
+    // (host device, host inode) -> workspace path, to keep hard links.
+    let mut seen: HashMap<(u64, u64), String> = HashMap::new();
+    let mut dirs: Vec<(String, i64)> = vec![(dest.to_owned(), nanos(&meta))];
+    let mut stack: Vec<(PathBuf, String)> = vec![(source.to_path_buf(), dest.to_owned())];
+    progress(&state);
+    while let Some((host_dir, ws_dir)) = stack.pop() {
+        let mut entries: Vec<_> = fs::read_dir(&host_dir)
+            .map_err(|e| host_err(&host_dir, e))?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| host_err(&host_dir, e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let host_path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_str().ok_or_else(|| {
+                Error::invalid("file name is not UTF-8").at(&host_path.display().to_string())
+            })?;
+            let ws_path = join(&ws_dir, name);
+            let meta = fs::symlink_metadata(&host_path).map_err(|e| host_err(&host_path, e))?;
+            let file_type = meta.file_type();
+            if file_type.is_dir() {
+                fs.mkdir(
+                    &ws_path,
+                    MkdirOptions {
+                        recursive: false,
+                        mode: meta.permissions().mode() & 0o7777,
+                    },
+                )?;
+                dirs.push((ws_path.clone(), nanos(&meta)));
+                stack.push((host_path, ws_path));
+                summary.directories += 1;
+            } else if file_type.is_symlink() {
+                let target = fs::read_link(&host_path).map_err(|e| host_err(&host_path, e))?;
+                fs.symlink(to_str(&target)?, &ws_path)?;
+                summary.symlinks += 1;
+            } else if file_type.is_file() {
+                let key = (meta.dev(), meta.ino());
+                if meta.nlink() > 1 {
+                    if let Some(first) = seen.get(&key) {
+                        fs.link(first, &ws_path)?;
+                        summary.hard_links += 1;
+                        state.files_done += 1;
+                        state.bytes_done += meta.len();
+                        progress(&state);
+                        continue;
+                    }
+                    seen.insert(key, ws_path.clone());
+                }
+                let copied = import_file(fs, &host_path, &ws_path, &mut state, progress)?;
+                fs.chmod(&ws_path, meta.permissions().mode() & 0o7777)?;
+                fs.utimes(
+                    &ws_path,
+                    meta.atime() * 1_000_000_000 + meta.atime_nsec(),
+                    nanos(&meta),
+                )?;
+                summary.files += 1;
+                summary.bytes += copied;
+                state.files_done += 1;
+                progress(&state);
+            } else {
+                summary.skipped += 1;
+            }
+        }
+    }
+    // Directory times last: adding entries changed them.
+    for (path, mtime) in dirs.iter().rev() {
+        fs.utimes(path, *mtime, *mtime)?;
+    }
+    Ok(summary)
+}
+
+fn import_file(
+    fs: &Fs,
+    host_path: &Path,
+    ws_path: &str,
+    state: &mut Progress,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<u64> {
+    let mut file = File::open(host_path).map_err(|e| host_err(host_path, e))?;
+    let mut writer = fs.create_write(ws_path)?;
+    let mut buf = vec![0u8; COPY_BUFFER];
+    let mut copied = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(|e| host_err(host_path, e))?;
+        if n == 0 {
+            break;
+        }
+        writer
+            .write_all(&buf[..n])
+            .map_err(|e| Error::io(ws_path, e))?;
+        copied += n as u64;
+        state.bytes_done += n as u64;
+        if copied % (16 << 20) < n as u64 {
+            progress(state);
+        }
+    }
+    writer.finish()?;
+    Ok(copied)
+}
+
+/// Copies the workspace directory `source` into the host directory `dest` (created if
+/// missing; existing files there are overwritten).
+pub fn export(
+    fs: &Fs,
+    source: &str,
+    dest: &Path,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Summary> {
+    let top = fs.stat(source)?;
+    if !top.is_dir() {
+        return Err(Error::NotDir(Default::default()).at(source));
+    }
+    let mut state = Progress::default();
+    fs.walk(source, usize::MAX, &mut |path, kind| {
+        if kind == FileKind::File {
+            state.files_total += 1;
+            state.bytes_total += fs.lstat(path)?.size;
+        }
+        Ok(())
+    })?;
+    fs::create_dir_all(dest).map_err(|e| host_err(dest, e))?;
+    let mut summary = Summary::default();
+    let mut seen: HashMap<InodeNo, PathBuf> = HashMap::new();
+    let mut dirs: Vec<(PathBuf, i64, u32)> = vec![(dest.to_path_buf(), top.mtime, top.perm)];
+    let mut entries: Vec<(String, FileKind)> = Vec::new();
+    fs.walk(source, usize::MAX, &mut |path, kind| {
+        entries.push((path.to_owned(), kind));
+        Ok(())
+    })?;
+    progress(&state);
+    for (path, kind) in entries {
+        let relative = path[source.len()..].trim_start_matches('/');
+        let host_path = dest.join(relative);
+        let attr = fs.lstat(&path)?;
+        match kind {
+            FileKind::Directory => {
+                match fs::create_dir(&host_path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(host_err(&host_path, e)),
+                }
+                dirs.push((host_path, attr.mtime, attr.perm));
+                summary.directories += 1;
+            }
+            FileKind::Symlink => {
+                let target = fs.readlink(&path)?;
+                let _ = fs::remove_file(&host_path);
+                std::os::unix::fs::symlink(&target, &host_path)
+                    .map_err(|e| host_err(&host_path, e))?;
+                summary.symlinks += 1;
+            }
+            FileKind::File => {
+                if attr.nlink > 1 {
+                    if let Some(first) = seen.get(&attr.ino) {
+                        let _ = fs::remove_file(&host_path);
+                        fs::hard_link(first, &host_path).map_err(|e| host_err(&host_path, e))?;
+                        summary.hard_links += 1;
+                        state.files_done += 1;
+                        state.bytes_done += attr.size;
+                        progress(&state);
+                        continue;
+                    }
+                    seen.insert(attr.ino, host_path.clone());
+                }
+                let mut reader = fs.open_read(&path)?;
+                let mut file = File::create(&host_path).map_err(|e| host_err(&host_path, e))?;
+                let mut buf = vec![0u8; COPY_BUFFER];
+                loop {
+                    let n = reader
+                        .read(&mut buf)
+                        .map_err(|e| Error::io(path.clone(), e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    file.write_all(&buf[..n])
+                        .map_err(|e| host_err(&host_path, e))?;
+                    state.bytes_done += n as u64;
+                }
+                file.set_permissions(fs::Permissions::from_mode(attr.perm))
+                    .map_err(|e| host_err(&host_path, e))?;
+                file.set_modified(to_system_time(attr.mtime))
+                    .map_err(|e| host_err(&host_path, e))?;
+                summary.files += 1;
+                summary.bytes += attr.size;
+                state.files_done += 1;
+                progress(&state);
+            }
+            _ => summary.skipped += 1,
+        }
+    }
+    for (path, mtime, perm) in dirs.iter().rev() {
+        fs::set_permissions(path, fs::Permissions::from_mode(*perm))
+            .map_err(|e| host_err(path, e))?;
+        let dir = File::open(path).map_err(|e| host_err(path, e))?;
+        dir.set_modified(to_system_time(*mtime))
+            .map_err(|e| host_err(path, e))?;
+    }
+    Ok(summary)
+}
+
+fn to_system_time(ns: i64) -> std::time::SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}

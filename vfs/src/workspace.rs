@@ -1,0 +1,1466 @@
+//! The workspace and its inode API: what the FUSE daemon calls.
+//!
+//! Operations name nodes by [`InodeNo`] and entries by `(parent, name)`, as the kernel
+//! does. Every mutation is one transaction and one revision.
+//!
+//! Writes through a [`FileHandle`] are buffered per inode ([`OpenInode`]): small writes
+//! cost a memcpy, not a transaction. Buffered bytes are committed (chunked, hashed,
+//! compressed, stored) when a file's buffer passes `dirty_file_bytes_max`, when all
+//! buffers together pass `dirty_total_bytes_max`, and at `flush`, `fsync` and `release`.
+//! All handles of one inode share its buffer, so every reader through this workspace sees
+//! every write at once; other processes see it once committed. `fsync` also makes the
+//! committed state durable (the WAL is synced), as POSIX promises.
+//!
+//! Lock order: an inode's state, then the writer connection, then the table of open
+//! inodes. Nothing takes them the other way round.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rusqlite::params;
+
+use crate::chunker::{ChunkSizes, Chunker};
+use crate::clock::{Clock, SystemClock};
+use crate::content::{self, BlockCache, ContentCtx};
+use crate::db::{self, Db, DbInfo, DbOptions, WriteTxn};
+use crate::error::{kind, Error, Result, StorageContext};
+use crate::store::{self, LINK_MAX, SYMLINK_MAX};
+use crate::types::*;
+
+/// Largest file the store accepts by default: 16 TiB.
+pub const FILE_SIZE_MAX_DEFAULT: u64 = 1 << 44;
+/// Longest extended attribute name and value.
+pub const XATTR_NAME_MAX: usize = 255;
+pub const XATTR_VALUE_MAX: usize = 65536;
+
+/// How to open a workspace.
+#[derive(Clone)]
+pub struct Options {
+    /// Create the database if it does not exist.
+    pub create: bool,
+    /// Refuse every mutation with EROFS.
+    pub read_only: bool,
+    /// Chunk sizes of a new workspace (an existing one keeps its own).
+    pub chunk_sizes: ChunkSizes,
+    /// zstd level for new blocks.
+    pub zstd_level: i32,
+    /// Memory for decoded blocks.
+    pub block_cache_bytes: usize,
+    /// Buffered writes of one file past which they are committed.
+    pub dirty_file_bytes_max: usize,
+    /// Buffered writes of all files past which a writer commits its own.
+    pub dirty_total_bytes_max: usize,
+    /// Reader connections kept open.
+    pub reader_pool_max: usize,
+    /// Largest file size; past it, EFBIG.
+    pub file_size_max: u64,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            create: true,
+            read_only: false,
+            chunk_sizes: ChunkSizes::DEFAULT,
+            zstd_level: 1,
+            block_cache_bytes: 64 << 20,
+            dirty_file_bytes_max: 8 << 20,
+            dirty_total_bytes_max: 128 << 20,
+            reader_pool_max: 8,
+            file_size_max: FILE_SIZE_MAX_DEFAULT,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("create", &self.create)
+            .field("read_only", &self.read_only)
+            .field("chunk_sizes", &self.chunk_sizes)
+            .field("zstd_level", &self.zstd_level)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open file, as the kernel's file handle names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileHandle(pub u64);
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    /// Truncate to zero on open (`O_TRUNC`).
+    pub truncate: bool,
+    /// Every write goes to the end of the file (`O_APPEND`).
+    pub append: bool,
+}
+
+impl OpenFlags {
+    pub const READ: OpenFlags = OpenFlags {
+        read: true,
+        write: false,
+        truncate: false,
+        append: false,
+    };
+    pub const WRITE: OpenFlags = OpenFlags {
+        read: false,
+        write: true,
+        truncate: false,
+        append: false,
+    };
+    pub const READ_WRITE: OpenFlags = OpenFlags {
+        read: true,
+        write: true,
+        truncate: false,
+        append: false,
+    };
+
+    /// Decodes `open(2)` flags.
+    pub fn from_libc(flags: i32) -> OpenFlags {
+        let access = flags & libc::O_ACCMODE;
+        OpenFlags {
+            read: access == libc::O_RDONLY || access == libc::O_RDWR,
+            write: access == libc::O_WRONLY || access == libc::O_RDWR,
+            truncate: flags & libc::O_TRUNC != 0,
+            append: flags & libc::O_APPEND != 0,
+        }
+    }
+}
+
+/// Buffered writes of one file: sorted, non-overlapping runs.
+#[derive(Default)]
+pub(crate) struct Dirty {
+    runs: BTreeMap<u64, Vec<u8>>,
+    bytes: usize,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Records `data` at `offset`, merging with the runs it overlaps or touches.
+    fn insert(&mut self, offset: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let end = offset + data.len() as u64;
+        // Fast path: appending to the run that ends exactly here, with nothing after.
+        if let Some((&start, run)) = self.runs.range_mut(..=offset).next_back() {
+            let run_end = start + run.len() as u64;
+            let nothing_after = self.runs_after(offset).is_none_or(|next| next >= end);
+            if run_end == offset && nothing_after {
+                let run = self.runs.get_mut(&start).expect("run exists");
+                run.extend_from_slice(data);
+                self.bytes += data.len();
+                return;
+            }
+        }
+        // General case: collect every run overlapping or touching [offset, end].
+        let mut first = offset;
+        let mut last = end;
+        let touching: Vec<u64> = self
+            .runs
+            .range(..=end)
+            .filter(|(&s, r)| s + r.len() as u64 >= offset)
+            .map(|(&s, _)| s)
+            .collect();
+        if let Some(&s) = touching.first() {
+            first = first.min(s);
+        }
+        let mut merged_parts: Vec<(u64, Vec<u8>)> = Vec::with_capacity(touching.len());
+        for s in touching {
+            let run = self.runs.remove(&s).expect("run exists");
+            self.bytes -= run.len();
+            last = last.max(s + run.len() as u64);
+            merged_parts.push((s, run));
+        }
+        let mut merged = vec![0u8; (last - first) as usize];
+        for (s, run) in &merged_parts {
+            let at = (s - first) as usize;
+            merged[at..at + run.len()].copy_from_slice(run);
+        }
+        let at = (offset - first) as usize;
+        merged[at..at + data.len()].copy_from_slice(data);
+        self.bytes += merged.len();
+        self.runs.insert(first, merged);
+    }
+
+    fn runs_after(&self, offset: u64) -> Option<u64> {
+        self.runs.range(offset + 1..).next().map(|(&s, _)| s)
+    }
+
+    /// Drops everything at or past `size`.
+    fn truncate(&mut self, size: u64) {
+        let doomed: Vec<u64> = self.runs.range(size..).map(|(&s, _)| s).collect();
+        for s in doomed {
+            let run = self.runs.remove(&s).expect("run exists");
+            self.bytes -= run.len();
+        }
+        if let Some((&s, run)) = self.runs.range_mut(..size).next_back() {
+            let keep = (size - s) as usize;
+            if run.len() > keep {
+                self.bytes -= run.len() - keep;
+                run.truncate(keep);
+            }
+        }
+    }
+
+    /// Copies buffered bytes over `buf`, which holds the file from `offset`.
+    fn overlay(&self, offset: u64, buf: &mut [u8]) {
+        let end = offset + buf.len() as u64;
+        let start_key = self
+            .runs
+            .range(..=offset)
+            .next_back()
+            .map_or(offset, |(&s, _)| s);
+        for (&s, run) in self.runs.range(start_key..end) {
+            let run_end = s + run.len() as u64;
+            if run_end <= offset {
+                continue;
+            }
+            let from = offset.max(s);
+            let to = end.min(run_end);
+            buf[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&run[(from - s) as usize..(to - s) as usize]);
+        }
+    }
+
+    fn patch(&self) -> Vec<(u64, &[u8])> {
+        self.runs.iter().map(|(&s, r)| (s, r.as_slice())).collect()
+    }
+
+    pub(crate) fn clear(&mut self) -> usize {
+        let bytes = self.bytes;
+        self.runs.clear();
+        self.bytes = 0;
+        bytes
+    }
+}
+
+/// The shared state of an inode with open handles.
+pub(crate) struct OpenInode {
+    pub(crate) ino: InodeNo,
+    /// Handles (and transient users); changed only under the open-table lock.
+    users: AtomicU64,
+    pub(crate) state: Mutex<OpenState>,
+}
+
+#[derive(Default)]
+pub(crate) struct OpenState {
+    /// Whether `size` has been read from the database yet.
+    pub(crate) loaded: bool,
+    /// The file size including buffered writes.
+    pub(crate) size: u64,
+    pub(crate) dirty: Dirty,
+    /// The time of the last buffered write, committed as mtime and ctime.
+    pub(crate) written_at: Option<TimestampNs>,
+}
+
+struct HandleEntry {
+    open: Arc<OpenInode>,
+    flags: OpenFlags,
+}
+
+struct Inner {
+    db: Db,
+    info: DbInfo,
+    chunker: Chunker,
+    cache: BlockCache,
+    options: Options,
+    open: Mutex<HashMap<InodeNo, Arc<OpenInode>>>,
+    handles: Mutex<HashMap<u64, HandleEntry>>,
+    next_handle: AtomicU64,
+    dirty_total: AtomicUsize,
+}
+
+impl Workspace {
+    /// Forgets `bytes` of buffered writes that were committed or dropped.
+    pub(crate) fn dirty_released(&self, bytes: usize) {
+        self.inner.dirty_total.fetch_sub(bytes, Ordering::SeqCst);
+    }
+
+    pub(crate) fn file_size_max(&self) -> u64 {
+        self.inner.options.file_size_max
+    }
+
+    /// Inodes with open handles right now.
+    pub(crate) fn open_inodes(&self) -> Vec<InodeNo> {
+        lock(&self.inner.open).keys().copied().collect()
+    }
+
+    /// Commits the buffered writes of every open inode.
+    pub(crate) fn commit_all(&self) -> Result<()> {
+        let open: Vec<Arc<OpenInode>> = lock(&self.inner.open).values().cloned().collect();
+        for inode in open {
+            let mut state = lock(&inode.state);
+            if state.loaded {
+                self.commit_locked(inode.ino, &mut state, false)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A workspace: one SQLite database holding a tree of files. Cheap to clone; clones
+/// share everything.
+#[derive(Clone)]
+pub struct Workspace {
+    inner: Arc<Inner>,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Workspace {
+    /// Opens (and with `options.create`, creates) the workspace database at `path`.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Workspace> {
+        let path = path.as_ref();
+        let db_options = DbOptions {
+            create: options.create,
+            read_only: options.read_only,
+            chunk_sizes: options.chunk_sizes,
+            reader_pool_max: options.reader_pool_max,
+        };
+        let (db, info) =
+            Db::open(path, &db_options).map_err(|e| e.at(&path.display().to_string()))?;
+        Workspace::from_db(db, info, options)
+    }
+
+    /// A workspace that lives in memory only (tests, scratch work).
+    pub fn open_in_memory(options: Options) -> Result<Workspace> {
+        let db_options = DbOptions {
+            create: true,
+            read_only: false,
+            chunk_sizes: options.chunk_sizes,
+            reader_pool_max: 1,
+        };
+        let (db, info) = Db::open_in_memory(&db_options)?;
+        Workspace::from_db(db, info, options)
+    }
+
+    fn from_db(db: Db, info: DbInfo, options: Options) -> Result<Workspace> {
+        let chunker = Chunker::new(info.chunk_sizes);
+        let workspace = Workspace {
+            inner: Arc::new(Inner {
+                cache: BlockCache::new(options.block_cache_bytes),
+                db,
+                info,
+                chunker,
+                options,
+                open: Mutex::new(HashMap::new()),
+                handles: Mutex::new(HashMap::new()),
+                next_handle: AtomicU64::new(1),
+                dirty_total: AtomicUsize::new(0),
+            }),
+        };
+        if !workspace.inner.db.is_read_only() {
+            workspace.reap_orphans()?;
+        }
+        Ok(workspace)
+    }
+
+    /// The path API over this workspace.
+    pub fn fs(&self) -> crate::Fs {
+        crate::Fs::new(self.clone())
+    }
+
+    /// A random id chosen when the workspace was created.
+    pub fn id(&self) -> &str {
+        &self.inner.info.workspace_id
+    }
+
+    pub fn chunk_sizes(&self) -> ChunkSizes {
+        self.inner.info.chunk_sizes
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.inner.db.is_read_only()
+    }
+
+    pub(crate) fn now(&self) -> TimestampNs {
+        self.inner.options.clock.now()
+    }
+
+    pub(crate) fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    pub(crate) fn ctx(&self) -> ContentCtx<'_> {
+        ContentCtx {
+            cache: &self.inner.cache,
+            chunker: &self.inner.chunker,
+            zstd_level: self.inner.options.zstd_level,
+        }
+    }
+
+    /// Deletes nodes left without links by a crash while they were open.
+    fn reap_orphans(&self) -> Result<()> {
+        let orphans = self.inner.db.read(store::orphans)?;
+        for ino in orphans {
+            self.inner.db.write(|txn| {
+                txn.skip_quota();
+                self.delete_node(txn, ino)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The current revision: the last committed mutation.
+    pub fn revision(&self) -> Result<Revision> {
+        self.inner
+            .db
+            .read(|conn| db::read_counters(conn).map(|c| c.0))
+    }
+
+    // ---------------------------------------------------------------- reading the tree
+
+    /// Attributes of the entry `name` in directory `parent`.
+    pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        let found = self.inner.db.read(|conn| {
+            match store::lookup_attr(conn, parent, name)? {
+                Some(attr) => Ok(attr),
+                None => {
+                    // Tell a missing name from a missing or non-directory parent.
+                    let dir = store::attr(conn, parent)?;
+                    if !dir.is_dir() {
+                        return Err(kind::NotDir());
+                    }
+                    if name.len() > store::NAME_MAX {
+                        return Err(kind::NameTooLong());
+                    }
+                    Err(kind::NotFound())
+                }
+            }
+        })?;
+        Ok(self.overlay(found))
+    }
+
+    /// Attributes of node `ino`, including writes still buffered.
+    pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
+        let attr = self.inner.db.read(|conn| store::attr(conn, ino))?;
+        Ok(self.overlay(attr))
+    }
+
+    /// Reflects buffered writes (size, mtime) in attributes read from the database.
+    fn overlay(&self, mut attr: Attr) -> Attr {
+        if attr.kind != FileKind::File {
+            return attr;
+        }
+        let open = lock(&self.inner.open).get(&attr.ino).cloned();
+        if let Some(open) = open {
+            let state = lock(&open.state);
+            if state.loaded {
+                attr.size = state.size;
+                if let Some(at) = state.written_at {
+                    attr.mtime = at;
+                    attr.ctime = attr.ctime.max(at);
+                }
+            }
+        }
+        attr
+    }
+
+    /// Up to `limit` entries of directory `dir` after cookie `after` (0 starts).
+    pub fn readdir(&self, dir: InodeNo, after: u64, limit: usize) -> Result<Vec<DirEntry>> {
+        self.inner.db.read(|conn| {
+            let attr = store::attr(conn, dir)?;
+            if !attr.is_dir() {
+                return Err(kind::NotDir());
+            }
+            store::list(conn, dir, after, limit)
+        })
+    }
+
+    /// Like [`Workspace::readdir`], with each entry's attributes.
+    pub fn readdir_plus(
+        &self,
+        dir: InodeNo,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(DirEntry, Attr)>> {
+        let entries = self.inner.db.read(|conn| {
+            let attr = store::attr(conn, dir)?;
+            if !attr.is_dir() {
+                return Err(kind::NotDir());
+            }
+            store::list_plus(conn, dir, after, limit)
+        })?;
+        Ok(entries
+            .into_iter()
+            .map(|(e, a)| (e, self.overlay(a)))
+            .collect())
+    }
+
+    /// The target of symlink `ino`.
+    pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        self.inner.db.read(|conn| store::symlink_target(conn, ino))
+    }
+
+    // ------------------------------------------------------------- changing the tree
+
+    /// Checks that `parent` is a live directory that can take a new entry `name`.
+    pub(crate) fn check_new_entry(txn: &WriteTxn<'_>, parent: InodeNo, name: &[u8]) -> Result<()> {
+        store::check_name(name)?;
+        let dir = store::attr(txn, parent)?;
+        if !dir.is_dir() {
+            return Err(kind::NotDir());
+        }
+        if dir.nlink == 0 {
+            return Err(kind::NotFound());
+        }
+        if store::lookup(txn, parent, name)?.is_some() {
+            return Err(kind::Exists());
+        }
+        Ok(())
+    }
+
+    /// Creates a node of any kind but directory and symlink (regular file, fifo, socket,
+    /// device).
+    pub fn mknod(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        kind: FileKind,
+        owner: NewNode,
+        rdev: u32,
+    ) -> Result<Attr> {
+        if matches!(kind, FileKind::Directory | FileKind::Symlink) {
+            return Err(Error::invalid("mknod cannot make directories or symlinks"));
+        }
+        let now = self.now();
+        self.inner.db.write(|txn| {
+            Self::check_new_entry(txn, parent, name)?;
+            let ino = store::insert_node(txn, kind, owner, rdev, None, now)?;
+            store::insert_dirent(txn, parent, name, ino)?;
+            store::touch_dir(txn, parent, 0, now)?;
+            store::attr(txn, ino)
+        })
+    }
+
+    /// Creates a regular file and opens it.
+    pub fn create(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        owner: NewNode,
+        flags: OpenFlags,
+    ) -> Result<(Attr, FileHandle)> {
+        let attr = self.mknod(parent, name, FileKind::File, owner, 0)?;
+        let handle = self.open_file(
+            attr.ino,
+            OpenFlags {
+                truncate: false,
+                ..flags
+            },
+        )?;
+        Ok((attr, handle))
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: InodeNo, name: &[u8], owner: NewNode) -> Result<Attr> {
+        let now = self.now();
+        self.inner.db.write(|txn| {
+            Self::check_new_entry(txn, parent, name)?;
+            let ino = store::insert_node(txn, FileKind::Directory, owner, 0, None, now)?;
+            store::insert_dirent(txn, parent, name, ino)?;
+            store::touch_dir(txn, parent, 1, now)?;
+            store::attr(txn, ino)
+        })
+    }
+
+    /// Creates a symlink to `target`.
+    pub fn symlink(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        target: &[u8],
+        owner: NewNode,
+    ) -> Result<Attr> {
+        if target.is_empty() {
+            return Err(kind::NotFound());
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(kind::NameTooLong());
+        }
+        if target.contains(&0) {
+            return Err(Error::invalid("symlink target contains NUL"));
+        }
+        let now = self.now();
+        let owner = NewNode {
+            perm: 0o777,
+            ..owner
+        };
+        self.inner.db.write(|txn| {
+            Self::check_new_entry(txn, parent, name)?;
+            let ino = store::insert_node(txn, FileKind::Symlink, owner, 0, Some(target), now)?;
+            store::insert_dirent(txn, parent, name, ino)?;
+            store::touch_dir(txn, parent, 0, now)?;
+            store::attr(txn, ino)
+        })
+    }
+
+    /// Adds a hard link to `ino` as `name` in `parent`.
+    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        let now = self.now();
+        let attr = self.inner.db.write(|txn| {
+            let attr = store::attr(txn, ino)?;
+            if attr.is_dir() {
+                return Err(kind::NotPermitted());
+            }
+            if attr.nlink == 0 {
+                return Err(kind::NotFound());
+            }
+            if attr.nlink >= LINK_MAX {
+                return Err(kind::TooManyLinks());
+            }
+            Self::check_new_entry(txn, parent, name)?;
+            store::insert_dirent(txn, parent, name, ino)?;
+            store::add_nlink(txn, ino, 1, now)?;
+            store::touch_dir(txn, parent, 0, now)?;
+            store::attr(txn, ino)
+        })?;
+        Ok(self.overlay(attr))
+    }
+
+    /// Removes a non-directory entry. The node lives on while it has links or open handles.
+    pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let now = self.now();
+        self.inner.db.write(|txn| {
+            txn.skip_quota();
+            let dir = store::attr(txn, parent)?;
+            if !dir.is_dir() {
+                return Err(kind::NotDir());
+            }
+            let ino = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
+            let attr = store::attr(txn, ino)?;
+            if attr.is_dir() {
+                return Err(kind::IsDir());
+            }
+            store::remove_dirent(txn, parent, name)?;
+            store::touch_dir(txn, parent, 0, now)?;
+            self.drop_link(txn, ino, now)
+        })
+    }
+
+    /// One link of `ino` is gone: count it, and delete the node with its last link unless
+    /// a handle keeps it open.
+    pub(crate) fn drop_link(
+        &self,
+        txn: &mut WriteTxn<'_>,
+        ino: InodeNo,
+        now: TimestampNs,
+    ) -> Result<()> {
+        store::add_nlink(txn, ino, -1, now)?;
+        let attr = store::attr(txn, ino)?;
+        if attr.nlink == 0 && !self.is_open(ino) {
+            self.delete_node(txn, ino)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn delete_node(&self, txn: &mut WriteTxn<'_>, ino: InodeNo) -> Result<()> {
+        content::release_all(txn, &self.inner.cache, ino)?;
+        store::delete_node_row(txn, ino)
+    }
+
+    fn is_open(&self, ino: InodeNo) -> bool {
+        lock(&self.inner.open).contains_key(&ino)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(Error::invalid("cannot remove '.'"));
+        }
+        if name == b".." {
+            return Err(kind::NotEmpty());
+        }
+        let now = self.now();
+        self.inner.db.write(|txn| {
+            txn.skip_quota();
+            let dir = store::attr(txn, parent)?;
+            if !dir.is_dir() {
+                return Err(kind::NotDir());
+            }
+            let ino = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
+            let attr = store::attr(txn, ino)?;
+            if !attr.is_dir() {
+                return Err(kind::NotDir());
+            }
+            if store::has_entries(txn, ino)? {
+                return Err(kind::NotEmpty());
+            }
+            store::remove_dirent(txn, parent, name)?;
+            store::touch_dir(txn, parent, -1, now)?;
+            self.delete_node(txn, ino)
+        })
+    }
+
+    /// Renames an entry with rename(2) semantics, plus `RENAME_NOREPLACE` and
+    /// `RENAME_EXCHANGE`. Moving a directory moves its whole subtree in one revision.
+    pub fn rename(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        new_parent: InodeNo,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        if flags.exchange && flags.no_replace {
+            return Err(Error::invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
+        }
+        store::check_name(name)?;
+        store::check_name(new_name)?;
+        let now = self.now();
+        self.inner.db.write(|txn| {
+            txn.skip_quota();
+            for dir in [parent, new_parent] {
+                let attr = store::attr(txn, dir)?;
+                if !attr.is_dir() {
+                    return Err(kind::NotDir());
+                }
+            }
+            let src = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
+            let src_attr = store::attr(txn, src)?;
+            let dst = store::lookup(txn, new_parent, new_name)?;
+            if flags.exchange {
+                let dst = dst.ok_or_else(kind::NotFound)?;
+                return self.exchange(txn, (parent, name, src), (new_parent, new_name, dst), now);
+            }
+            if dst == Some(src) {
+                // Two names of the same node: rename(2) does nothing.
+                return Ok(());
+            }
+            if src_attr.is_dir() && store::is_ancestor(txn, src, new_parent)? {
+                return Err(Error::invalid("cannot move a directory into itself"));
+            }
+            let mut replaced_dir = false;
+            if let Some(dst) = dst {
+                if flags.no_replace {
+                    return Err(kind::Exists());
+                }
+                let dst_attr = store::attr(txn, dst)?;
+                match (src_attr.is_dir(), dst_attr.is_dir()) {
+                    (true, false) => return Err(kind::NotDir()),
+                    (false, true) => return Err(kind::IsDir()),
+                    (true, true) if store::has_entries(txn, dst)? => return Err(kind::NotEmpty()),
+                    _ => {}
+                }
+                replaced_dir = dst_attr.is_dir();
+                store::remove_dirent(txn, new_parent, new_name)?;
+                if replaced_dir {
+                    self.delete_node(txn, dst)?;
+                } else {
+                    self.drop_link(txn, dst, now)?;
+                }
+            } else if new_parent != InodeNo::ROOT || !new_name.is_empty() {
+                let target_dir = store::attr(txn, new_parent)?;
+                if target_dir.nlink == 0 {
+                    return Err(kind::NotFound());
+                }
+            }
+            store::remove_dirent(txn, parent, name)?;
+            store::insert_dirent(txn, new_parent, new_name, src)?;
+            store::touch_ctime(txn, src, now)?;
+            let moved_dir = i64::from(src_attr.is_dir());
+            if parent == new_parent {
+                store::touch_dir(txn, parent, -i64::from(replaced_dir), now)?;
+            } else {
+                store::touch_dir(txn, parent, -moved_dir, now)?;
+                store::touch_dir(txn, new_parent, moved_dir - i64::from(replaced_dir), now)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn exchange(
+        &self,
+        txn: &mut WriteTxn<'_>,
+        (a_parent, a_name, a): (InodeNo, &[u8], InodeNo),
+        (b_parent, b_name, b): (InodeNo, &[u8], InodeNo),
+        now: TimestampNs,
+    ) -> Result<()> {
+        if a == b {
+            return Ok(());
+        }
+        let a_attr = store::attr(txn, a)?;
+        let b_attr = store::attr(txn, b)?;
+        if a_attr.is_dir() && store::is_ancestor(txn, a, b_parent)? {
+            return Err(Error::invalid("cannot move a directory into itself"));
+        }
+        if b_attr.is_dir() && store::is_ancestor(txn, b, a_parent)? {
+            return Err(Error::invalid("cannot move a directory into itself"));
+        }
+        // Re-point both entries; each gets a new cookie and revision.
+        store::remove_dirent(txn, a_parent, a_name)?;
+        store::remove_dirent(txn, b_parent, b_name)?;
+        store::insert_dirent(txn, a_parent, a_name, b)?;
+        store::insert_dirent(txn, b_parent, b_name, a)?;
+        store::touch_ctime(txn, a, now)?;
+        store::touch_ctime(txn, b, now)?;
+        let (a_dir, b_dir) = (i64::from(a_attr.is_dir()), i64::from(b_attr.is_dir()));
+        if a_parent == b_parent {
+            store::touch_dir(txn, a_parent, 0, now)?;
+        } else {
+            store::touch_dir(txn, a_parent, b_dir - a_dir, now)?;
+            store::touch_dir(txn, b_parent, a_dir - b_dir, now)?;
+        }
+        Ok(())
+    }
+
+    /// Changes attributes. A size change truncates or extends (with a hole) the file.
+    pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+        let now = self.now();
+        let resolve = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(at) => at,
+        };
+        if let Some(size) = changes.size {
+            if size > self.inner.options.file_size_max {
+                return Err(kind::FileTooBig());
+            }
+            let open = self.acquire(ino);
+            let result = self.set_size(&open, size, now);
+            self.unacquire(&open);
+            result?;
+        }
+        let mut rest = changes.clone();
+        rest.size = None;
+        if rest.is_empty() && changes.size.is_some() {
+            return self.getattr(ino);
+        }
+        // Buffered writes carry an mtime that an explicit one must override.
+        if rest.mtime.is_some() {
+            if let Some(open) = lock(&self.inner.open).get(&ino).cloned() {
+                lock(&open.state).written_at = None;
+            }
+        }
+        let attr = self.inner.db.write(|txn| {
+            let mut attr = store::attr(txn, ino)?;
+            if let Some(perm) = rest.perm {
+                attr.perm = perm & 0o7777;
+            }
+            if let Some(uid) = rest.uid {
+                attr.uid = uid;
+            }
+            if let Some(gid) = rest.gid {
+                attr.gid = gid;
+            }
+            if let Some(at) = rest.atime {
+                attr.atime = resolve(at);
+            }
+            if let Some(at) = rest.mtime {
+                attr.mtime = resolve(at);
+            }
+            attr.ctime = rest.ctime.unwrap_or(now);
+            store::store_attr(txn, &attr)?;
+            Ok(attr)
+        })?;
+        Ok(self.overlay(attr))
+    }
+
+    /// Truncates or extends an open inode to `size`, committing buffered writes with it.
+    fn set_size(&self, open: &OpenInode, size: u64, now: TimestampNs) -> Result<()> {
+        let mut state = lock(&open.state);
+        self.load_state(open.ino, &mut state)?;
+        let old_written = state.written_at;
+        state.dirty.truncate(size);
+        state.size = size;
+        state.written_at = Some(now);
+        let result = self.commit_locked(open.ino, &mut state, true);
+        if result.is_err() {
+            state.written_at = old_written;
+        }
+        result
+    }
+
+    // ------------------------------------------------------------------ file content
+
+    /// Registers one more user of `ino`'s shared state.
+    pub(crate) fn acquire(&self, ino: InodeNo) -> Arc<OpenInode> {
+        let mut open = lock(&self.inner.open);
+        let entry = open.entry(ino).or_insert_with(|| {
+            Arc::new(OpenInode {
+                ino,
+                users: AtomicU64::new(0),
+                state: Mutex::new(OpenState::default()),
+            })
+        });
+        entry.users.fetch_add(1, Ordering::SeqCst);
+        entry.clone()
+    }
+
+    /// Drops one user; the last one removes the shared state. Returns whether it was the
+    /// last.
+    pub(crate) fn unacquire(&self, open: &Arc<OpenInode>) -> bool {
+        let mut table = lock(&self.inner.open);
+        let left = open.users.fetch_sub(1, Ordering::SeqCst) - 1;
+        if left == 0 {
+            if let Some(current) = table.get(&open.ino) {
+                if Arc::ptr_eq(current, open) {
+                    table.remove(&open.ino);
+                }
+            }
+            let state = lock(&open.state);
+            debug_assert!(state.dirty.is_empty() || !state.loaded || true);
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn load_state(&self, ino: InodeNo, state: &mut OpenState) -> Result<()> {
+        if !state.loaded {
+            let attr = self.inner.db.read(|conn| store::attr(conn, ino))?;
+            if attr.kind != FileKind::File {
+                return Err(if attr.is_dir() {
+                    kind::IsDir()
+                } else {
+                    Error::invalid("not a regular file")
+                });
+            }
+            state.size = attr.size;
+            state.loaded = true;
+        }
+        Ok(())
+    }
+
+    /// Commits an inode's buffered writes (and a size change) as one mutation.
+    pub(crate) fn commit_locked(
+        &self,
+        ino: InodeNo,
+        state: &mut OpenState,
+        size_changed: bool,
+    ) -> Result<()> {
+        if state.dirty.is_empty() && !size_changed {
+            return Ok(());
+        }
+        let patch = state.dirty.patch();
+        let new_size = state.size;
+        let written_at = state.written_at;
+        let ctx = self.ctx();
+        self.inner.db.write(|txn| {
+            let mut attr = store::attr(txn, ino)?;
+            content::apply(txn, &ctx, ino, attr.size, new_size, &patch)?;
+            attr.size = new_size;
+            if let Some(at) = written_at {
+                attr.mtime = at;
+                attr.ctime = attr.ctime.max(at);
+            }
+            store::store_attr(txn, &attr)
+        })?;
+        let freed = state.dirty.clear();
+        self.inner.dirty_total.fetch_sub(freed, Ordering::SeqCst);
+        state.written_at = None;
+        Ok(())
+    }
+
+    /// Opens a regular file.
+    pub fn open_file(&self, ino: InodeNo, flags: OpenFlags) -> Result<FileHandle> {
+        if flags.write && self.is_read_only() {
+            return Err(kind::ReadOnly());
+        }
+        let open = self.acquire(ino);
+        let prepared = (|| {
+            let mut state = lock(&open.state);
+            self.load_state(ino, &mut state)?;
+            if flags.truncate && flags.write && state.size != 0 {
+                drop(state);
+                self.set_size(&open, 0, self.now())?;
+            }
+            Ok(())
+        })();
+        if let Err(err) = prepared {
+            self.unacquire(&open);
+            return Err(err);
+        }
+        let id = self.inner.next_handle.fetch_add(1, Ordering::SeqCst);
+        lock(&self.inner.handles).insert(id, HandleEntry { open, flags });
+        Ok(FileHandle(id))
+    }
+
+    fn handle(&self, fh: FileHandle) -> Result<(Arc<OpenInode>, OpenFlags)> {
+        let handles = lock(&self.inner.handles);
+        let entry = handles.get(&fh.0).ok_or_else(kind::BadHandle)?;
+        Ok((entry.open.clone(), entry.flags))
+    }
+
+    /// The inode a handle refers to.
+    pub fn handle_inode(&self, fh: FileHandle) -> Result<InodeNo> {
+        Ok(self.handle(fh)?.0.ino)
+    }
+
+    /// Reads up to `size` bytes at `offset`; fewer at the end of the file.
+    pub fn read(&self, fh: FileHandle, offset: u64, size: usize) -> Result<Vec<u8>> {
+        let (open, _) = self.handle(fh)?;
+        let mut state = lock(&open.state);
+        self.load_state(open.ino, &mut state)?;
+        let end = state.size.min(offset.saturating_add(size as u64));
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; (end - offset) as usize];
+        if state.dirty.is_empty() {
+            // Nothing buffered: read the committed snapshot without holding the state.
+            drop(state);
+            self.inner.db.read(|conn| {
+                content::read_into(conn, &self.inner.cache, open.ino, offset, &mut buf)
+            })?;
+            return Ok(buf);
+        }
+        self.inner
+            .db
+            .read(|conn| content::read_into(conn, &self.inner.cache, open.ino, offset, &mut buf))?;
+        state.dirty.overlay(offset, &mut buf);
+        Ok(buf)
+    }
+
+    /// Writes `data` at `offset` (at the end with `append`). Returns the bytes written.
+    pub fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Result<usize> {
+        let (open, flags) = self.handle(fh)?;
+        if !flags.write {
+            return Err(kind::BadHandle());
+        }
+        let mut state = lock(&open.state);
+        self.load_state(open.ino, &mut state)?;
+        let offset = if flags.append { state.size } else { offset };
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(kind::FileTooBig)?;
+        if end > self.inner.options.file_size_max {
+            return Err(kind::FileTooBig());
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let before = state.dirty.bytes;
+        state.dirty.insert(offset, data);
+        let grown = state.dirty.bytes.saturating_sub(before);
+        let total = self.inner.dirty_total.fetch_add(grown, Ordering::SeqCst) + grown;
+        state.size = state.size.max(end);
+        state.written_at = Some(self.now());
+        if state.dirty.bytes >= self.inner.options.dirty_file_bytes_max
+            || total >= self.inner.options.dirty_total_bytes_max
+        {
+            self.commit_locked(open.ino, &mut state, false)?;
+        }
+        Ok(data.len())
+    }
+
+    /// Commits the handle's inode's buffered writes (called on every close).
+    pub fn flush(&self, fh: FileHandle) -> Result<()> {
+        let (open, _) = self.handle(fh)?;
+        let mut state = lock(&open.state);
+        if !state.loaded {
+            return Ok(());
+        }
+        self.commit_locked(open.ino, &mut state, false)
+    }
+
+    /// Commits and makes durable everything written through this handle's inode.
+    pub fn fsync(&self, fh: FileHandle) -> Result<()> {
+        self.flush(fh)?;
+        self.sync_wal()
+    }
+
+    /// Closes a handle, committing what it buffered.
+    pub fn release(&self, fh: FileHandle) -> Result<()> {
+        let entry = lock(&self.inner.handles)
+            .remove(&fh.0)
+            .ok_or_else(kind::BadHandle)?;
+        let open = entry.open;
+        let committed = {
+            let mut state = lock(&open.state);
+            if state.loaded {
+                self.commit_locked(open.ino, &mut state, false)
+            } else {
+                Ok(())
+            }
+        };
+        if self.unacquire(&open) {
+            // The last handle of an unlinked file: now the node goes.
+            let ino = open.ino;
+            let orphan = self
+                .inner
+                .db
+                .read(|conn| Ok(store::load_attr(conn, ino)?.is_some_and(|a| a.nlink == 0)))?;
+            if orphan {
+                self.inner.db.write(|txn| {
+                    txn.skip_quota();
+                    if self.is_open(ino) {
+                        return Ok(());
+                    }
+                    self.delete_node(txn, ino)
+                })?;
+            }
+        }
+        committed
+    }
+
+    /// Copies `len` bytes between open files. A whole-file copy into an empty file shares
+    /// blocks and moves no data. Returns the bytes copied.
+    pub fn copy_range(
+        &self,
+        fh_in: FileHandle,
+        offset_in: u64,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let (src, _) = self.handle(fh_in)?;
+        let (dst, dst_flags) = self.handle(fh_out)?;
+        if !dst_flags.write {
+            return Err(kind::BadHandle());
+        }
+        let src_size = {
+            let mut state = lock(&src.state);
+            self.load_state(src.ino, &mut state)?;
+            self.commit_locked(src.ino, &mut state, false)?;
+            state.size
+        };
+        let len = len.min(src_size.saturating_sub(offset_in));
+        if len == 0 {
+            return Ok(0);
+        }
+        if offset_out
+            .checked_add(len)
+            .is_none_or(|end| end > self.inner.options.file_size_max)
+        {
+            return Err(kind::FileTooBig());
+        }
+        if src.ino != dst.ino && offset_in == 0 && offset_out == 0 && len == src_size {
+            let mut state = lock(&dst.state);
+            self.load_state(dst.ino, &mut state)?;
+            if state.size <= src_size {
+                let freed = state.dirty.clear();
+                self.inner.dirty_total.fetch_sub(freed, Ordering::SeqCst);
+                let now = self.now();
+                let (src_ino, dst_ino) = (src.ino, dst.ino);
+                self.inner.db.write(|txn| {
+                    content::release_all(txn, &self.inner.cache, dst_ino)?;
+                    content::share_all(txn, src_ino, dst_ino)?;
+                    let mut attr = store::attr(txn, dst_ino)?;
+                    attr.size = src_size;
+                    attr.mtime = now;
+                    attr.ctime = now;
+                    store::store_attr(txn, &attr)
+                })?;
+                state.size = src_size;
+                state.written_at = None;
+                return Ok(len);
+            }
+        }
+        // General case: copy through memory in bounded pieces.
+        const PIECE: u64 = 1 << 20;
+        let mut done = 0;
+        while done < len {
+            let n = PIECE.min(len - done) as usize;
+            let bytes = self.read(fh_in, offset_in + done, n)?;
+            if bytes.is_empty() {
+                break;
+            }
+            let out_flags = OpenFlags {
+                append: false,
+                ..dst_flags
+            };
+            let _ = out_flags;
+            self.write_at_unappended(&dst, offset_out + done, &bytes)?;
+            done += bytes.len() as u64;
+        }
+        Ok(done)
+    }
+
+    fn write_at_unappended(&self, open: &Arc<OpenInode>, offset: u64, data: &[u8]) -> Result<()> {
+        let mut state = lock(&open.state);
+        self.load_state(open.ino, &mut state)?;
+        let before = state.dirty.bytes;
+        state.dirty.insert(offset, data);
+        let grown = state.dirty.bytes.saturating_sub(before);
+        self.inner.dirty_total.fetch_add(grown, Ordering::SeqCst);
+        state.size = state.size.max(offset + data.len() as u64);
+        state.written_at = Some(self.now());
+        if state.dirty.bytes >= self.inner.options.dirty_file_bytes_max {
+            self.commit_locked(open.ino, &mut state, false)?;
+        }
+        Ok(())
+    }
+
+    /// `fallocate(2)` mode 0 and `FALLOC_FL_KEEP_SIZE`: make sure `[offset, offset + len)`
+    /// is within the file. The store allocates on write, so nothing is reserved.
+    pub fn allocate(&self, fh: FileHandle, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        let (open, flags) = self.handle(fh)?;
+        if !flags.write {
+            return Err(kind::BadHandle());
+        }
+        let end = offset.checked_add(len).ok_or_else(kind::FileTooBig)?;
+        if end > self.inner.options.file_size_max {
+            return Err(kind::FileTooBig());
+        }
+        if keep_size {
+            return Ok(());
+        }
+        let size = {
+            let mut state = lock(&open.state);
+            self.load_state(open.ino, &mut state)?;
+            state.size
+        };
+        if end > size {
+            self.set_size(&open, end, self.now())?;
+        }
+        Ok(())
+    }
+
+    /// Commits every buffered write and makes the database durable.
+    pub fn sync(&self) -> Result<()> {
+        let open: Vec<Arc<OpenInode>> = lock(&self.inner.open).values().cloned().collect();
+        for inode in open {
+            let mut state = lock(&inode.state);
+            if state.loaded {
+                self.commit_locked(inode.ino, &mut state, false)?;
+            }
+        }
+        self.sync_wal()
+    }
+
+    /// fsyncs the write-ahead log: every committed transaction survives power loss.
+    fn sync_wal(&self) -> Result<()> {
+        let Some(path) = self.inner.db.path() else {
+            return Ok(());
+        };
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        for file in [std::path::PathBuf::from(wal), path.to_path_buf()] {
+            match std::fs::File::open(&file) {
+                Ok(f) => f
+                    .sync_data()
+                    .map_err(|e| Error::io(file.display().to_string(), e))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(file.display().to_string(), e)),
+            }
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ extended attributes
+
+    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        self.inner.db.read(|conn| {
+            store::attr(conn, ino)?;
+            let value: Option<Vec<u8>> = conn
+                .prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")
+                .and_then(|mut stmt| {
+                    rusqlite::OptionalExtension::optional(
+                        stmt.query_row(params![ino.0 as i64, name], |row| row.get(0)),
+                    )
+                })
+                .ctx("reading an attribute")?;
+            value.ok_or_else(kind::NoAttribute)
+        })
+    }
+
+    pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
+        self.inner.db.read(|conn| {
+            store::attr(conn, ino)?;
+            let mut stmt = conn
+                .prepare_cached("SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name")
+                .ctx("listing attributes")?;
+            let rows = stmt
+                .query_map([ino.0 as i64], |row| row.get(0))
+                .ctx("listing attributes")?;
+            rows.map(|r| r.ctx("listing attributes")).collect()
+        })
+    }
+
+    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSet) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::invalid("empty attribute name"));
+        }
+        if name.len() > XATTR_NAME_MAX {
+            return Err(kind::Range());
+        }
+        if value.len() > XATTR_VALUE_MAX {
+            return Err(kind::TooBig());
+        }
+        let now = self.now();
+        self.inner.db.write(|txn| {
+            store::attr(txn, ino)?;
+            let exists = txn
+                .prepare_cached("SELECT 1 FROM xattrs WHERE ino = ?1 AND name = ?2")
+                .and_then(|mut stmt| stmt.exists(params![ino.0 as i64, name]))
+                .ctx("reading an attribute")?;
+            match (mode, exists) {
+                (XattrSet::Create, true) => return Err(kind::Exists()),
+                (XattrSet::Replace, false) => return Err(kind::NoAttribute()),
+                _ => {}
+            }
+            txn.prepare_cached(
+                "INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, name, value]))
+            .ctx("writing an attribute")?;
+            store::touch_ctime(txn, ino, now)
+        })
+    }
+
+    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
+        let now = self.now();
+        self.inner.db.write(|txn| {
+            txn.skip_quota();
+            store::attr(txn, ino)?;
+            let removed = txn
+                .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")
+                .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, name]))
+                .ctx("removing an attribute")?;
+            if removed == 0 {
+                return Err(kind::NoAttribute());
+            }
+            store::touch_ctime(txn, ino, now)
+        })
+    }
+
+    // ------------------------------------------------------------------ whole workspace
+
+    /// Filesystem numbers for `statfs`: the quota if one is set, else the disk that holds
+    /// the database.
+    pub fn statfs(&self) -> Result<StatFs> {
+        const BLOCK: u64 = 4096;
+        let (_, stored, nodes, quota) = self.inner.db.read(db::read_counters)?;
+        let (disk_total, disk_free, disk_files, disk_ffree) = self.disk_space();
+        let bytes_total = quota
+            .bytes_max
+            .unwrap_or(stored + disk_free)
+            .min(disk_total.max(stored + disk_free));
+        let bytes_total = quota.bytes_max.unwrap_or(bytes_total);
+        let bytes_free = match quota.bytes_max {
+            Some(max) => max.saturating_sub(stored).min(disk_free),
+            None => disk_free,
+        };
+        let inodes_total = quota
+            .inodes_max
+            .unwrap_or(nodes + disk_ffree.max(disk_files).max(1 << 20));
+        Ok(StatFs {
+            block_size: BLOCK as u32,
+            blocks_total: bytes_total / BLOCK,
+            blocks_free: bytes_free / BLOCK,
+            inodes_total,
+            inodes_free: inodes_total.saturating_sub(nodes),
+            name_max: store::NAME_MAX as u32,
+        })
+    }
+
+    fn disk_space(&self) -> (u64, u64, u64, u64) {
+        let Some(path) = self.inner.db.path() else {
+            return (1 << 40, 1 << 40, 1 << 30, 1 << 30);
+        };
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+            return (0, 0, 0, 0);
+        };
+        let mut out: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: c_path is a valid NUL-terminated string and out a valid statvfs.
+        if unsafe { libc::statvfs(c_path.as_ptr(), &mut out) } != 0 {
+            return (0, 0, 0, 0);
+        }
+        let frsize = out.f_frsize as u64;
+        (
+            out.f_blocks as u64 * frsize,
+            out.f_bavail as u64 * frsize,
+            out.f_files as u64,
+            out.f_favail as u64,
+        )
+    }
+
+    /// Sets or clears the workspace's limits.
+    pub fn set_quota(&self, quota: Quota) -> Result<()> {
+        self.inner.db.write(|txn| {
+            txn.skip_quota();
+            txn.set_quota(quota);
+            Ok(())
+        })
+    }
+
+    pub fn quota(&self) -> Result<Quota> {
+        self.inner
+            .db
+            .read(|conn| db::read_counters(conn).map(|c| c.3))
+    }
+
+    /// What the workspace holds.
+    pub fn stats(&self) -> Result<Stats> {
+        let mut stats = self.inner.db.read(|conn| {
+            let mut stats = Stats::default();
+            let mut stmt = conn
+                .prepare("SELECT kind, count(*), coalesce(sum(size), 0) FROM nodes GROUP BY kind")
+                .ctx("counting nodes")?;
+            let rows = stmt
+                .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?)))
+                .ctx("counting nodes")?;
+            for row in rows {
+                let (code, count, size) = row.ctx("counting nodes")?;
+                match store::kind_from_code(code)? {
+                    FileKind::File => {
+                        stats.files = count as u64;
+                        stats.logical_bytes = size as u64;
+                    }
+                    FileKind::Directory => stats.directories = count as u64,
+                    FileKind::Symlink => stats.symlinks = count as u64,
+                    _ => stats.other_nodes += count as u64,
+                }
+            }
+            let (blocks, unique, stored): (i64, i64, i64) = conn
+                .query_row(
+                    "SELECT count(*), coalesce(sum(raw_len), 0), coalesce(sum(length(data)), 0) FROM blocks",
+                    [],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
+                .ctx("counting blocks")?;
+            stats.blocks = blocks as u64;
+            stats.unique_bytes = unique as u64;
+            stats.stored_bytes = stored as u64;
+            stats.revision = db::read_counters(conn)?.0;
+            Ok(stats)
+        })?;
+        if let Some(path) = self.inner.db.path() {
+            for suffix in ["", "-wal"] {
+                let mut p = path.as_os_str().to_owned();
+                p.push(suffix);
+                stats.database_bytes += std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Commits buffered writes and checkpoints the WAL into the database file.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.sync()?;
+        self.inner.db.with_writer(|conn| {
+            conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+                .ctx("checkpointing")
+        })
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Handles still open when the workspace goes away: commit what they buffered.
+        let open: Vec<Arc<OpenInode>> = self
+            .open
+            .get_mut()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        if !open.is_empty() {
+            tracing::debug!("{} inodes still open at close", open.len());
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! End-to-end checks of the path and inode APIs on real database files.
+
+use computer_vfs::*;
+
+fn workspace() -> (tempfile::TempDir, Workspace) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path().join("ws.db"), Options::default()).unwrap();
+    (dir, ws)
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.extend_from_slice(&state.to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn write_read_and_list() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    fs.mkdir(
+        "/a/b",
+        MkdirOptions {
+            recursive: true,
+            mode: 0o755,
+        },
+    )
+    .unwrap();
+    fs.write_file("/a/b/hello.txt", "hello world\n").unwrap();
+    assert_eq!(
+        fs.read_to_string("/a/b/hello.txt").unwrap(),
+        "hello world\n"
+    );
+    let names: Vec<String> = fs
+        .readdir("/a/b")
+        .unwrap()
+        .iter()
+        .map(|e| e.name_lossy())
+        .collect();
+    assert_eq!(names, vec!["hello.txt"]);
+    assert_eq!(fs.stat("/a/b/hello.txt").unwrap().size, 12);
+    let err = fs.read_file("/a/missing").unwrap_err();
+    assert_eq!(err.errno(), libc::ENOENT);
+    assert_eq!(err.to_string(), "/a/missing: no such file or directory");
+    fs.append("/a/b/hello.txt", "more\n").unwrap();
+    assert_eq!(
+        fs.read_to_string("/a/b/hello.txt").unwrap(),
+        "hello world\nmore\n"
+    );
+    fs.write_at("/a/b/hello.txt", 0, "HELLO").unwrap();
+    assert_eq!(
+        fs.read_to_string("/a/b/hello.txt").unwrap(),
+        "HELLO world\nmore\n"
+    );
+    fs.truncate("/a/b/hello.txt", 5).unwrap();
+    assert_eq!(fs.read_to_string("/a/b/hello.txt").unwrap(), "HELLO");
+    fs.truncate("/a/b/hello.txt", 8).unwrap();
+    assert_eq!(fs.read_file("/a/b/hello.txt").unwrap(), b"HELLO\0\0\0");
+    assert!(
+        ws.check().unwrap().is_ok(),
+        "{:?}",
+        ws.check().unwrap().problems
+    );
+}
+
+#[test]
+fn large_file_round_trips_and_partial_writes_touch_few_blocks() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    let data = random_bytes(8 << 20, 1);
+    fs.write_file("/big", &data).unwrap();
+    assert_eq!(fs.read_file("/big").unwrap(), data);
+    let before = ws.stats().unwrap();
+    let mut changed = data.clone();
+    changed[4 << 20] ^= 0xff;
+    fs.write_at("/big", 4 << 20, [changed[4 << 20]]).unwrap();
+    assert_eq!(fs.read_file("/big").unwrap(), changed);
+    let after = ws.stats().unwrap();
+    assert!(
+        after.blocks <= before.blocks + 2,
+        "{} -> {} blocks",
+        before.blocks,
+        after.blocks
+    );
+    let report = ws.check().unwrap();
+    assert!(report.is_ok(), "{:?}", report.problems);
+}
+
+#[test]
+fn identical_files_are_stored_once() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    let data = random_bytes(4 << 20, 2);
+    for i in 0..5 {
+        fs.write_file(&format!("/copy{i}"), &data).unwrap();
+    }
+    let stats = ws.stats().unwrap();
+    assert_eq!(stats.logical_bytes, 5 * data.len() as u64);
+    assert!(stats.stored_bytes < data.len() as u64 + (64 << 10));
+    fs.copy("/copy0", "/copy5", false).unwrap();
+    assert_eq!(fs.read_file("/copy5").unwrap(), data);
+    assert!(ws.stats().unwrap().stored_bytes < data.len() as u64 + (64 << 10));
+    assert!(ws.check().unwrap().is_ok());
+}
+
+#[test]
+fn rename_symlinks_and_links() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    fs.mkdir("/d", MkdirOptions::default()).unwrap();
+    fs.write_file("/d/f", "x").unwrap();
+    fs.symlink("d/f", "/rel").unwrap();
+    fs.symlink("/d", "/abs").unwrap();
+    assert_eq!(fs.read_to_string("/rel").unwrap(), "x");
+    assert_eq!(fs.read_to_string("/abs/f").unwrap(), "x");
+    fs.symlink("/loop2", "/loop1").unwrap();
+    fs.symlink("/loop1", "/loop2").unwrap();
+    assert_eq!(fs.stat("/loop1").unwrap_err().errno(), libc::ELOOP);
+    fs.link("/d/f", "/hard").unwrap();
+    assert_eq!(fs.stat("/hard").unwrap().nlink, 2);
+    fs.rename("/d", "/e").unwrap();
+    assert_eq!(fs.read_to_string("/e/f").unwrap(), "x");
+    assert_eq!(fs.stat("/rel").unwrap_err().errno(), libc::ENOENT);
+    fs.mkdir("/e/sub", MkdirOptions::default()).unwrap();
+    assert_eq!(
+        fs.rename("/e", "/e/sub/x").unwrap_err().errno(),
+        libc::EINVAL
+    );
+    fs.write_file("/g", "g").unwrap();
+    fs.rename("/g", "/e/f").unwrap();
+    assert_eq!(fs.read_to_string("/e/f").unwrap(), "g");
+    assert_eq!(fs.read_to_string("/hard").unwrap(), "x");
+    assert_eq!(fs.stat("/hard").unwrap().nlink, 1);
+    fs.rm(
+        "/e",
+        RmOptions {
+            recursive: true,
+            force: false,
+        },
+    )
+    .unwrap();
+    assert!(!fs.exists("/e").unwrap());
+    assert!(
+        ws.check().unwrap().is_ok(),
+        "{:?}",
+        ws.check().unwrap().problems
+    );
+}
+
+#[test]
+fn glob_and_grep() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    fs.mkdir(
+        "/src/deep",
+        MkdirOptions {
+            recursive: true,
+            mode: 0o755,
+        },
+    )
+    .unwrap();
+    fs.write_file("/src/a.rs", "fn main() {}\n// TODO one\n")
+        .unwrap();
+    fs.write_file("/src/deep/b.rs", "todo two\nTODO three\n")
+        .unwrap();
+    fs.write_file("/src/c.txt", "TODO txt\n").unwrap();
+    assert_eq!(
+        fs.glob("/src/**/*.rs").unwrap(),
+        vec!["/src/a.rs", "/src/deep/b.rs"]
+    );
+    assert_eq!(fs.glob("/src/*.rs").unwrap(), vec!["/src/a.rs"]);
+    let hits = fs.grep("TODO", "/src", &GrepOptions::default()).unwrap();
+    assert_eq!(hits.len(), 3);
+    let hits = fs
+        .grep(
+            "todo",
+            "/src",
+            &GrepOptions {
+                ignore_case: true,
+                include: Some("*.rs".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(hits.len(), 3);
+    assert!(hits
+        .iter()
+        .any(|m| m.path == "/src/deep/b.rs" && m.line_number == 2));
+}
