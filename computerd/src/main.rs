@@ -1,1 +1,47 @@
-fn main() {}
+//! `computerd`: mounts a workspace as a Linux filesystem and works on workspace databases.
+//!
+//! `main` only parses arguments and dispatches; each subcommand lives in its own module.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod fs_cmd;
+
+/// Mount and manage `computer` workspaces.
+#[derive(Parser, Debug)]
+#[command(name = "computerd", version, about)]
+struct Cli {
+    /// Log filter (error, warn, info, debug, trace, or a tracing filter expression).
+    #[arg(long, global = true, default_value = "warn", env = "COMPUTERD_LOG")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Work on a workspace database directly: ls, cat, write, import, check, ...
+    Fs(fs_cmd::FsArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    let result = match cli.command {
+        Command::Fs(args) => fs_cmd::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("computerd: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
