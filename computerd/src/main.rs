@@ -7,13 +7,20 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod fs_cmd;
+mod fuse;
+mod mount;
 
 /// Mount and manage `computer` workspaces.
 #[derive(Parser, Debug)]
 #[command(name = "computerd", version, about)]
 struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing filter expression).
-    #[arg(long, global = true, default_value = "warn", env = "COMPUTERD_LOG")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "warn,fuser=error",
+        env = "COMPUTERD_LOG"
+    )]
     log: String,
     #[command(subcommand)]
     command: Command,
@@ -23,6 +30,8 @@ struct Cli {
 enum Command {
     /// Work on a workspace database directly: ls, cat, write, import, check, ...
     Fs(fs_cmd::FsArgs),
+    /// Mount a workspace as a filesystem and serve it until unmounted or signalled.
+    Mount(mount::MountArgs),
 }
 
 fn main() -> ExitCode {
@@ -30,6 +39,7 @@ fn main() -> ExitCode {
     init_logging(&cli.log);
     let result = match cli.command {
         Command::Fs(args) => fs_cmd::run(args),
+        Command::Mount(args) => mount::run(args),
     };
     match result {
         Ok(code) => code,
@@ -43,5 +53,8 @@ fn main() -> ExitCode {
 fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

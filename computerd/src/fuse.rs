@@ -1,0 +1,802 @@
+//! The FUSE adapter: translates kernel requests into calls on the `vfs` inode API.
+//!
+//! It decides nothing about the filesystem: every request decodes its arguments, calls
+//! one [`Workspace`] method and replies with the result or the error's errno. What it
+//! does own is the conversation with the kernel: which capabilities to negotiate, how
+//! long the kernel may cache entries and attributes, and the `.`/`..` entries of
+//! directory listings.
+//!
+//! Caching: this daemon is the only writer of a mounted workspace, so the kernel may keep
+//! entries, attributes (one hour) and page cache across opens (`FOPEN_KEEP_CACHE`), and
+//! write back dirty pages in large requests (`FUSE_WRITEBACK_CACHE`). docs/SEMANTICS.md
+//! says what that means for someone changing the database behind a mount.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use computer_vfs::{
+    Attr, Error, FileKind, InodeNo, NewNode, OpenFlags, RenameFlags, SetAttr, SetTime, TimestampNs,
+    Workspace, XattrSet,
+};
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+/// How long the kernel may trust an entry or attributes it got from us.
+const TTL: Duration = Duration::from_secs(3600);
+/// `st_blksize`: the I/O size tools like `cp` and `cat` pick.
+const BLOCK_SIZE_HINT: u32 = 128 << 10;
+/// Largest write request the kernel sends (it caps at 256 pages anyway).
+const MAX_WRITE: u32 = 1 << 20;
+/// Directory entries fetched from the store per batch while filling a reply.
+const READDIR_BATCH: usize = 256;
+
+/// Mount-time settings that change how requests are answered.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    pub read_only: bool,
+    pub writeback_cache: bool,
+}
+
+/// The filesystem the kernel talks to.
+pub struct WorkspaceFs {
+    ws: Workspace,
+    config: MountConfig,
+    /// Whether the kernel agreed to write back through its page cache.
+    writeback: bool,
+}
+
+impl WorkspaceFs {
+    pub fn new(ws: Workspace, config: MountConfig) -> WorkspaceFs {
+        WorkspaceFs {
+            ws,
+            config,
+            writeback: false,
+        }
+    }
+}
+
+fn errno(err: &Error) -> Errno {
+    match err {
+        Error::Corrupt { .. } | Error::Storage { .. } | Error::Io { .. } => {
+            tracing::error!("failed to serve a request: {err}");
+        }
+        _ => tracing::debug!("request failed: {err}"),
+    }
+    Errno::from_i32(err.errno())
+}
+
+fn system_time(ns: TimestampNs) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn timestamp(time: SystemTime) -> TimestampNs {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+fn set_time(time: TimeOrNow) -> SetTime {
+    match time {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(at) => SetTime::At(timestamp(at)),
+    }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.ino.0),
+        size: attr.size,
+        blocks: attr.blocks_512(),
+        atime: system_time(attr.atime),
+        mtime: system_time(attr.mtime),
+        ctime: system_time(attr.ctime),
+        crtime: system_time(attr.ctime),
+        kind: file_type(attr.kind),
+        perm: (attr.perm & 0o7777) as u16,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: attr.rdev,
+        blksize: BLOCK_SIZE_HINT,
+        flags: 0,
+    }
+}
+
+/// A negative entry: the kernel caches "no such name" for the entry TTL.
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: BLOCK_SIZE_HINT,
+        flags: 0,
+    }
+}
+
+fn ino(ino: INodeNo) -> InodeNo {
+    InodeNo(ino.0)
+}
+
+fn fh(fh: FileHandle) -> computer_vfs::FileHandle {
+    computer_vfs::FileHandle(fh.0)
+}
+
+fn owner(req: &Request, mode: u32) -> NewNode {
+    NewNode {
+        perm: mode & 0o7777,
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+/// The cookie the kernel hands back for an entry: `.` is 1, `..` is 2, store cookies follow.
+const DOT_COOKIES: u64 = 2;
+
+impl WorkspaceFs {
+    fn reply_entry(&self, reply: ReplyEntry, result: computer_vfs::Result<Attr>) {
+        match result {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn open_flags(&self, flags: i32) -> OpenFlags {
+        let mut flags = OpenFlags::from_libc(flags);
+        // With writeback caching the kernel computes append offsets itself.
+        if self.writeback {
+            flags.append = false;
+        }
+        // The kernel may read through any handle to fill its page cache.
+        flags.read = true;
+        flags
+    }
+}
+
+impl Filesystem for WorkspaceFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_EXPLICIT_INVAL_DATA,
+        ];
+        for flag in wanted {
+            if config.add_capabilities(flag).is_err() {
+                tracing::info!("kernel does not offer {flag:?}");
+            }
+        }
+        if self.config.writeback_cache && !self.config.read_only {
+            self.writeback = config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_ok();
+        }
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        tracing::info!(writeback = self.writeback, "FUSE session initialised");
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if !self.config.read_only {
+            if let Err(err) = self.ws.checkpoint() {
+                tracing::error!("failed to flush the workspace at unmount: {err}");
+            }
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.ws.lookup(ino(parent), name.as_bytes()) {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
+            Err(Error::NotFound(_)) => {
+                reply.entry_with_ttls(&Duration::ZERO, &TTL, &negative_attr(), Generation(0))
+            }
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, inode: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.ws.getattr(ino(inode)) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        inode: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut changes = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+            ctime: ctime.map(timestamp),
+        };
+        // With FUSE_HANDLE_KILLPRIV_V2 the server clears set-id bits on chown.
+        if (uid.is_some() || gid.is_some()) && changes.perm.is_none() {
+            if let Ok(attr) = self.ws.getattr(ino(inode)) {
+                if !attr.is_dir() && attr.perm & 0o6000 != 0 {
+                    let mut perm = attr.perm & !0o4000;
+                    if perm & 0o010 != 0 {
+                        perm &= !0o2000;
+                    }
+                    changes.perm = Some(perm);
+                }
+            }
+        }
+        match self.ws.setattr(ino(inode), &changes) {
+            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, inode: INodeNo, reply: ReplyData) {
+        match self.ws.readlink(ino(inode)) {
+            Ok(target) => reply.data(&target),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = FileKind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if matches!(kind, FileKind::Directory | FileKind::Symlink) {
+            return reply.error(Errno::EINVAL);
+        }
+        let result = self
+            .ws
+            .mknod(ino(parent), name.as_bytes(), kind, owner(req, mode), rdev);
+        self.reply_entry(reply, result);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .ws
+            .mkdir(ino(parent), name.as_bytes(), owner(req, mode));
+        self.reply_entry(reply, result);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.ws.unlink(ino(parent), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.ws.rmdir(ino(parent), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let result = self.ws.symlink(
+            ino(parent),
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            owner(req, 0o777),
+        );
+        self.reply_entry(reply, result);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
+        if !(flags - known).is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        let flags = RenameFlags {
+            no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        match self.ws.rename(
+            ino(parent),
+            name.as_bytes(),
+            ino(newparent),
+            newname.as_bytes(),
+            flags,
+        ) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        inode: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let result = self.ws.link(ino(inode), ino(newparent), newname.as_bytes());
+        self.reply_entry(reply, result);
+    }
+
+    fn open(&self, _req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let flags = self.open_flags(flags.0);
+        match self.ws.open_file(ino(inode), flags) {
+            Ok(handle) => reply.opened(FileHandle(handle.0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let flags = self.open_flags(flags);
+        match self
+            .ws
+            .create(ino(parent), name.as_bytes(), owner(req, mode), flags)
+        {
+            Ok((attr, handle)) => reply.created(
+                &TTL,
+                &file_attr(&attr),
+                Generation(0),
+                FileHandle(handle.0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.ws.read(fh(handle), offset, size as usize) {
+            Ok(data) => reply.data(&data),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        inode: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(err) = self.kill_suid(ino(inode)) {
+                return reply.error(errno(&err));
+            }
+        }
+        match self.ws.write(fh(handle), offset, data) {
+            Ok(written) => reply.written(written as u32),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        _owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.ws.flush(fh(handle)) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        _flags: fuser::OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.ws.release(fh(handle)) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.ws.fsync(fh(handle)) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        match self.ws.getattr(ino(inode)) {
+            Ok(attr) if attr.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        inode: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let dir = ino(inode);
+        if offset < 1 && reply.add(inode, 1, FileType::Directory, ".") {
+            return reply.ok();
+        }
+        // The kernel ignores the inode of `..` in a listing; any directory will do.
+        if offset < 2 && reply.add(inode, 2, FileType::Directory, "..") {
+            return reply.ok();
+        }
+        let mut after = offset.saturating_sub(DOT_COOKIES);
+        loop {
+            let entries = match self.ws.readdir(dir, after, READDIR_BATCH) {
+                Ok(entries) => entries,
+                Err(err) => return reply.error(errno(&err)),
+            };
+            let Some(last) = entries.last() else { break };
+            after = last.cookie;
+            for entry in entries {
+                let name = OsStr::from_bytes(&entry.name);
+                if reply.add(
+                    INodeNo(entry.ino.0),
+                    entry.cookie + DOT_COOKIES,
+                    file_type(entry.kind),
+                    name,
+                ) {
+                    return reply.ok();
+                }
+            }
+        }
+        reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        inode: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let dir = ino(inode);
+        if offset < 2 {
+            // The kernel makes no dentries for `.` and `..`: their attributes are unused.
+            let this = match self.ws.getattr(dir) {
+                Ok(attr) => file_attr(&attr),
+                Err(err) => return reply.error(errno(&err)),
+            };
+            if offset < 1 && reply.add(inode, 1, ".", &TTL, &this, Generation(0)) {
+                return reply.ok();
+            }
+            if reply.add(inode, 2, "..", &TTL, &this, Generation(0)) {
+                return reply.ok();
+            }
+        }
+        let mut after = offset.saturating_sub(DOT_COOKIES);
+        loop {
+            let entries = match self.ws.readdir_plus(dir, after, READDIR_BATCH) {
+                Ok(entries) => entries,
+                Err(err) => return reply.error(errno(&err)),
+            };
+            let Some((last, _)) = entries.last() else {
+                break;
+            };
+            after = last.cookie;
+            for (entry, attr) in entries {
+                let name = OsStr::from_bytes(&entry.name);
+                let full = reply.add(
+                    INodeNo(entry.ino.0),
+                    entry.cookie + DOT_COOKIES,
+                    name,
+                    &TTL,
+                    &file_attr(&attr),
+                    Generation(0),
+                );
+                if full {
+                    return reply.ok();
+                }
+            }
+        }
+        reply.ok()
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _inode: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.ws.sync() {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _inode: INodeNo, reply: ReplyStatfs) {
+        match self.ws.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks_total,
+                s.blocks_free,
+                s.blocks_free,
+                s.inodes_total,
+                s.inodes_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        inode: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrSet::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrSet::Replace
+        } else {
+            XattrSet::Any
+        };
+        match self.ws.setxattr(ino(inode), name.as_bytes(), value, mode) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.ws.getxattr(ino(inode), name.as_bytes()) {
+            Ok(value) => reply_xattr(reply, size, &value),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.ws.listxattr(ino(inode)) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for name in names {
+                    list.extend_from_slice(&name);
+                    list.push(0);
+                }
+                reply_xattr(reply, size, &list)
+            }
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.ws.removexattr(ino(inode), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn access(&self, _req: &Request, inode: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permissions are checked by the kernel (default_permissions); only existence here.
+        match self.ws.getattr(ino(inode)) {
+            Ok(_) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        match self.ws.allocate(fh(handle), offset, length, keep_size) {
+            Ok(()) => reply.ok(),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        inode: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // Holes are not reported: all data up to the size, one hole at the end, as
+        // filesystems without hole tracking answer.
+        let size = match self.ws.getattr(ino(inode)) {
+            Ok(attr) => attr.size as i64,
+            Err(err) => return reply.error(errno(&err)),
+        };
+        match whence {
+            libc::SEEK_DATA if offset < size => reply.offset(offset),
+            libc::SEEK_HOLE if offset < size => reply.offset(size),
+            libc::SEEK_DATA | libc::SEEK_HOLE => reply.error(Errno::ENXIO),
+            _ => reply.error(Errno::EINVAL),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let len = len.min(u32::MAX as u64 & !0xfff);
+        match self
+            .ws
+            .copy_range(fh(fh_in), offset_in, fh(fh_out), offset_out, len)
+        {
+            Ok(copied) => reply.written(copied as u32),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+}
+
+impl WorkspaceFs {
+    /// Clears set-user-id (and set-group-id if group-executable) after a write by someone
+    /// who is not the owner, as the kernel asked with FUSE_WRITE_KILL_SUIDGID.
+    fn kill_suid(&self, inode: InodeNo) -> computer_vfs::Result<()> {
+        let attr = self.ws.getattr(inode)?;
+        if attr.perm & 0o6000 == 0 {
+            return Ok(());
+        }
+        let mut perm = attr.perm & !0o4000;
+        if perm & 0o010 != 0 {
+            perm &= !0o2000;
+        }
+        let changes = SetAttr {
+            perm: Some(perm),
+            ..Default::default()
+        };
+        self.ws.setattr(inode, &changes).map(drop)
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}

@@ -1,0 +1,264 @@
+//! `computerd mount <DB> <MOUNTPOINT>`: serve a workspace as a FUSE filesystem.
+//!
+//! Lifecycle: clear a stale mount left by a killed daemon (ENOTCONN), open (or create)
+//! the database, mount, wait until the mount answers, then serve until SIGINT, SIGTERM or
+//! an external `umount`; unmount, commit and checkpoint, exit 0.
+//!
+//! `--daemon` makes scripts independent of timing: the command returns only once the
+//! mount answers (exit 0) or has failed (non-zero, with the daemon's error), leaving the
+//! daemon running in its own session.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use computer_vfs::{Options, Workspace};
+use fuser::{Config, MountOption, SessionACL};
+
+use crate::fuse::{MountConfig, WorkspaceFs};
+
+/// Environment variable naming the pipe a daemonised child reports readiness on.
+const READY_FD_ENV: &str = "COMPUTERD_READY_FD";
+/// `statfs` magic of FUSE filesystems.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+/// How long `--daemon` and the readiness check wait for the mount to answer.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// The workspace database (created if it does not exist).
+    pub db: PathBuf,
+    /// Where to mount it (an existing directory).
+    pub mountpoint: PathBuf,
+    /// Refuse every change (EROFS).
+    #[arg(long)]
+    pub read_only: bool,
+    /// Let users other than the one mounting use the filesystem.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Return once the mount answers and keep serving in the background.
+    #[arg(long)]
+    pub daemon: bool,
+    /// With --daemon: write the daemon's log here (default: discard).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// FUSE worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Do not let the kernel cache writes (every write(2) becomes a request).
+    #[arg(long)]
+    pub no_writeback_cache: bool,
+}
+
+pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
+    if args.threads == 0 || args.threads > 64 {
+        bail!("--threads must be between 1 and 64, not {}", args.threads);
+    }
+    let ready_fd = std::env::var(READY_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok());
+    if args.daemon && ready_fd.is_none() {
+        return spawn_daemon(&args);
+    }
+    // SAFETY: the fd number came from our parent, which left it open for us alone.
+    let ready = ready_fd.map(|fd| unsafe { std::fs::File::from_raw_fd(fd) });
+    if ready.is_some() {
+        // Our own session: the shell that started `--daemon` may exit.
+        let _ = nix::unistd::setsid();
+    }
+    match serve(&args, ready) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(err) => Err(err),
+    }
+}
+
+/// Starts this command again as a background daemon and waits for its readiness report.
+fn spawn_daemon(args: &MountArgs) -> anyhow::Result<ExitCode> {
+    let (read_end, write_end) = nix::unistd::pipe().context("creating the readiness pipe")?;
+    let exe = std::env::current_exe().context("finding the computerd binary")?;
+    let log = match &args.log_file {
+        Some(path) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening the log file {}", path.display()))?,
+        ),
+        None => Stdio::null(),
+    };
+    let log_err = match &args.log_file {
+        Some(path) => Stdio::from(std::fs::OpenOptions::new().append(true).open(path)?),
+        None => Stdio::null(),
+    };
+    clear_cloexec(&write_end)?;
+    let mut child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(READY_FD_ENV, write_end.as_raw_fd().to_string())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .context("starting the daemon")?;
+    drop(write_end);
+    let mut report = String::new();
+    std::fs::File::from(read_end)
+        .read_to_string(&mut report)
+        .context("waiting for the daemon")?;
+    let report = report.trim();
+    if report == "ready" {
+        println!("{}", child.id());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let status = child.wait().ok();
+    if report.is_empty() {
+        bail!("the daemon exited before the mount was ready ({status:?})");
+    }
+    bail!("{report}")
+}
+
+fn clear_cloexec(fd: &OwnedFd) -> anyhow::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).context("passing the readiness pipe")?;
+    Ok(())
+}
+
+fn serve(args: &MountArgs, mut ready: Option<std::fs::File>) -> anyhow::Result<()> {
+    let result = mount_and_wait(args, &mut ready);
+    if let (Err(err), Some(pipe)) = (&result, ready.as_mut()) {
+        let _ = writeln!(pipe, "{err:#}");
+    }
+    result
+}
+
+fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow::Result<()> {
+    // Signals are taken synchronously by this thread; block them before any thread starts
+    // so the FUSE workers inherit the mask.
+    let signals = termination_signals();
+    signals.thread_block().context("blocking signals")?;
+
+    clear_stale_mount(&args.mountpoint)?;
+    let meta = std::fs::metadata(&args.mountpoint)
+        .with_context(|| format!("{}: cannot use as a mount point", args.mountpoint.display()))?;
+    if !meta.is_dir() {
+        bail!("{}: not a directory", args.mountpoint.display());
+    }
+    let options = Options {
+        create: !args.read_only,
+        read_only: args.read_only,
+        ..Options::default()
+    };
+    let ws = Workspace::open(&args.db, options)
+        .with_context(|| format!("opening {}", args.db.display()))?;
+
+    let mut config = Config::default();
+    config.n_threads = Some(args.threads);
+    config.clone_fd = true;
+    config.acl = if args.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.mount_options = vec![
+        MountOption::FSName(format!("computer:{}", args.db.display())),
+        MountOption::Subtype("computer".into()),
+        MountOption::DefaultPermissions,
+        if args.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
+    ];
+    let fs = WorkspaceFs::new(
+        ws,
+        MountConfig {
+            read_only: args.read_only,
+            writeback_cache: !args.no_writeback_cache,
+        },
+    );
+    let session = fuser::Session::new(fs, &args.mountpoint, &config)
+        .with_context(|| format!("mounting {}", args.mountpoint.display()))?;
+    let background = session.spawn().context("starting the FUSE workers")?;
+    wait_until_answering(&args.mountpoint)?;
+    tracing::info!(mountpoint = %args.mountpoint.display(), "mounted");
+    if let Some(mut pipe) = ready.take() {
+        let _ = pipe.write_all(b"ready\n");
+    }
+
+    loop {
+        if let Some(signal) = wait_signal(&signals, Duration::from_millis(250)) {
+            tracing::info!("received signal {signal}, unmounting");
+            return background.umount_and_join().context("unmounting");
+        }
+        if background.guard.is_finished() {
+            tracing::info!("unmounted from outside");
+            return background.join().context("stopping the FUSE workers");
+        }
+    }
+}
+
+fn termination_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
+    set
+}
+
+fn wait_signal(set: &nix::sys::signal::SigSet, timeout: Duration) -> Option<i32> {
+    let spec = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
+    // SAFETY: `set` is a valid sigset and `spec` a valid timespec; no siginfo is requested.
+    let signal = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &spec) };
+    (signal > 0).then_some(signal)
+}
+
+/// A daemon killed with SIGKILL leaves its mount point answering ENOTCONN; detach it.
+pub fn clear_stale_mount(mountpoint: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(mountpoint) {
+        Err(err) if err.raw_os_error() == Some(libc::ENOTCONN) => {
+            tracing::warn!(mountpoint = %mountpoint.display(), "clearing a stale mount");
+            let path = CString::new(mountpoint.as_os_str().as_bytes())?;
+            // SAFETY: a valid NUL-terminated path.
+            if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
+                let err = std::io::Error::last_os_error();
+                bail!(
+                    "{}: clearing the stale mount failed: {err}",
+                    mountpoint.display()
+                );
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Waits until `mountpoint` is a FUSE filesystem that answers `stat`.
+fn wait_until_answering(mountpoint: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let path = CString::new(mountpoint.as_os_str().as_bytes())?;
+    loop {
+        let mut out: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid path and output buffer.
+        let rc = unsafe { libc::statfs(path.as_ptr(), &mut out) };
+        if rc == 0 && out.f_type as i64 == FUSE_SUPER_MAGIC && std::fs::metadata(mountpoint).is_ok()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{}: the mount did not answer within {READY_TIMEOUT:?}",
+                mountpoint.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
