@@ -1,24 +1,966 @@
 //! `computerd fs <DB> <command>`: file commands against a workspace database.
+//!
+//! Paths inside the workspace are absolute; a relative one is taken from the root
+//! (`a/b` is `/a/b`). Commands that only read open the database read-only and never
+//! create it; commands that change the workspace create the database if it is missing.
+//!
+//! Errors are one line on stderr, `computerd: <what>: <why>`, and a non-zero exit
+//! status (grep: 1 for no match, 2 for an error, like grep(1)). Commands that take
+//! several paths report each failing one and go on with the rest.
 
+use std::fmt;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use clap::{Args, Subcommand};
+use anyhow::anyhow;
+use clap::{ArgAction, Args, Subcommand};
+use computer_vfs::transfer::{self, Summary};
+use computer_vfs::{
+    join, Attr, Error, ErrorPath, FileKind, Fs, GrepOptions, MkdirOptions, OpenFlags, Options,
+    RmOptions, Workspace,
+};
+
+use crate::fs_format::{
+    human_bytes, json_f64, json_string, kind_name, mode_string, parse_mode, parse_size, rfc3339_ns,
+    short_time,
+};
+use crate::fs_progress::{CheckBar, TransferProgress};
+
+/// Bytes moved per step by `cat` and `write`.
+const COPY_BUFFER: usize = 1 << 20;
 
 #[derive(Args, Debug)]
 pub struct FsArgs {
-    /// The workspace database.
-    pub db: std::path::PathBuf,
+    /// The workspace database (an SQLite file).
+    pub db: PathBuf,
     #[command(subcommand)]
     pub command: FsCommand,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum FsCommand {
+    /// List a directory (or show one entry).
+    Ls {
+        /// Long format: type and mode, links, owner, size, modification time (UTC), name.
+        #[arg(short = 'l')]
+        long: bool,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Print files to stdout.
+    Cat {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Write stdin to a file (created if missing, replaced unless --append).
+    Write {
+        path: String,
+        /// Add to the end of the file instead of replacing its content.
+        #[arg(short, long)]
+        append: bool,
+    },
+    /// Create directories.
+    Mkdir {
+        /// Create missing parents; an existing directory is not an error.
+        #[arg(short, long)]
+        parents: bool,
+        /// Permission bits, in octal (default 755).
+        #[arg(short, long)]
+        mode: Option<String>,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Remove files, symlinks and (with -r) directory trees.
+    Rm {
+        /// Remove directories and everything in them.
+        #[arg(short, short_alias = 'R', long)]
+        recursive: bool,
+        /// Ignore missing paths.
+        #[arg(short, long)]
+        force: bool,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Rename or move (into DST if it is a directory); an existing file is replaced.
+    Mv { src: String, dst: String },
+    /// Copy a file or (with -r) a tree; the copy shares the source's blocks.
+    Cp {
+        /// Copy directories recursively.
+        #[arg(short, short_alias = 'R', long)]
+        recursive: bool,
+        src: String,
+        dst: String,
+    },
+    /// Make a hard link, or with -s a symbolic link holding TARGET as given.
+    Ln {
+        /// Make a symbolic link.
+        #[arg(short, long)]
+        symbolic: bool,
+        target: String,
+        link: String,
+    },
+    /// Show every attribute of a path (of the symlink itself unless -L).
+    Stat {
+        /// Follow a final symlink.
+        #[arg(short = 'L', long)]
+        dereference: bool,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Print the paths matching a glob (`*`, `?`, `[..]`, `{a,b}`, `**`), sorted.
+    Find { pattern: String },
+    /// Print lines matching PATTERN as path:line:text; exit 1 if none match.
+    Grep {
+        /// Ignore case.
+        #[arg(short, long)]
+        ignore_case: bool,
+        /// PATTERN is a regular expression (default: a literal string).
+        #[arg(short = 'E', long)]
+        extended_regexp: bool,
+        /// Only search files whose name matches this glob (for example '*.rs').
+        #[arg(long, value_name = "GLOB")]
+        include: Option<String>,
+        /// Stop after N matching lines in all.
+        #[arg(short = 'm', long, value_name = "N")]
+        max_count: Option<usize>,
+        pattern: String,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Copy a host directory tree into the workspace.
+    Import {
+        host_dir: PathBuf,
+        path: String,
+        /// Never show progress.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Copy a workspace directory tree to the host.
+    Export {
+        path: String,
+        host_dir: PathBuf,
+        /// Never show progress.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Verify every invariant of the database; exit 1 if anything is wrong.
+    Check {
+        /// Never show progress.
+        #[arg(long)]
+        no_progress: bool,
+    },
     /// Show the workspace's totals.
-    Stats,
+    Stats {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change permission bits (octal MODE, like 644).
+    Chmod {
+        mode: String,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Shrink or extend files to SIZE bytes (suffixes K, M, G, T: powers of 1024).
+    Truncate {
+        #[arg(short, long)]
+        size: String,
+        /// Do not create missing files.
+        #[arg(short = 'c', long)]
+        no_create: bool,
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
+    /// Show a directory tree (symlinks are not followed).
+    Tree {
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Logical bytes (sum of file sizes) of each directory; hard links count once.
+    #[command(disable_help_flag = true)]
+    Du {
+        /// Only the total.
+        #[arg(short, long)]
+        summarize: bool,
+        /// Sizes in KiB, MiB, ...
+        #[arg(short = 'h', long)]
+        human_readable: bool,
+        #[arg(long, action = ArgAction::Help, help = "Print help")]
+        help: Option<bool>,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+}
+
+impl FsCommand {
+    /// Whether the command changes the workspace (and so may create the database).
+    fn writes(&self) -> bool {
+        match self {
+            FsCommand::Write { .. }
+            | FsCommand::Mkdir { .. }
+            | FsCommand::Rm { .. }
+            | FsCommand::Mv { .. }
+            | FsCommand::Cp { .. }
+            | FsCommand::Ln { .. }
+            | FsCommand::Import { .. }
+            | FsCommand::Chmod { .. }
+            | FsCommand::Truncate { .. } => true,
+            FsCommand::Ls { .. }
+            | FsCommand::Cat { .. }
+            | FsCommand::Stat { .. }
+            | FsCommand::Find { .. }
+            | FsCommand::Grep { .. }
+            | FsCommand::Export { .. }
+            | FsCommand::Check { .. }
+            | FsCommand::Stats { .. }
+            | FsCommand::Tree { .. }
+            | FsCommand::Du { .. } => false,
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ errors
+
+/// A store error as one line: its own message, with host I/O errors in the same words
+/// as the store's (`x: no such file or directory`, not `x: No such ... (os error 2)`).
+pub fn describe(err: &Error) -> String {
+    match err {
+        Error::Io { path, source } => match inner_vfs(source) {
+            // The store error inside already names its path.
+            Some(inner) => describe(inner),
+            None => format!("{path}{}", describe_io(source)),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn inner_vfs(err: &io::Error) -> Option<&Error> {
+    err.get_ref().and_then(|e| e.downcast_ref::<Error>())
+}
+
+/// An I/O error in lower case, without the `(os error N)` tail.
+fn describe_io(err: &io::Error) -> String {
+    if let Some(inner) = inner_vfs(err) {
+        return describe(inner);
+    }
+    let text = err.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(at) if err.raw_os_error().is_some() => text[..at].to_owned(),
+        _ => text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) if chars.clone().next().is_some_and(|c| c.is_lowercase()) => {
+            first.to_lowercase().chain(chars).collect()
+        }
+        _ => text,
+    }
+}
+
+/// A store error as an error for `main` to print.
+pub fn vfs_err(err: Error) -> anyhow::Error {
+    anyhow::Error::msg(describe(&err))
+}
+
+/// Writing to stdout failed (a closed pipe ends the command quietly).
+#[derive(Debug)]
+pub struct StdoutError(io::Error);
+
+impl fmt::Display for StdoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "standard output: {}", describe_io(&self.0))
+    }
+}
+
+impl std::error::Error for StdoutError {}
+
+pub fn out_err(err: io::Error) -> anyhow::Error {
+    anyhow::Error::new(StdoutError(err))
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<StdoutError>()
+        .is_some_and(|e| e.0.kind() == io::ErrorKind::BrokenPipe)
+}
+
+/// Prints one error line for a command that goes on with its other paths.
+fn report(err: &anyhow::Error) {
+    eprintln!("computerd: {err}");
+}
+
+// ------------------------------------------------------------------------------- paths
+
+/// A workspace path from an argument: relative ones are taken from the root.
+fn ws_path(arg: &str) -> anyhow::Result<String> {
+    if arg.is_empty() {
+        return Err(anyhow!("'': invalid argument: empty path"));
+    }
+    Ok(if arg.starts_with('/') {
+        arg.to_owned()
+    } else {
+        format!("/{arg}")
+    })
+}
+
+/// The last component of a path (`/a/b/` -> `b`).
+fn base_name(path: &str) -> &str {
+    let trimmed = path.trim_end_matches('/');
+    trimmed.rsplit('/').next().unwrap_or(trimmed)
+}
+
+/// The directory holding a path's last component (`/a/b` -> `/a`, `/a` -> `/`).
+fn parent_dir(path: &str) -> &str {
+    let trimmed = path.trim_end_matches('/');
+    match trimmed.rfind('/') {
+        Some(0) | None => "/",
+        Some(at) => &trimmed[..at],
+    }
+}
+
+/// `dst`, or `dst/<name of src>` when `dst` is an existing directory (like mv, cp, ln).
+fn into_dir(fs: &Fs, src: &str, dst: String) -> String {
+    match fs.stat(&dst) {
+        Ok(attr) if attr.is_dir() && !base_name(src).is_empty() => join(&dst, base_name(src)),
+        _ => dst,
+    }
+}
+
+// --------------------------------------------------------------------------------- run
+
+fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
+    // Said here, before SQLite has a go, so the message is plain.
+    if db.is_dir() {
+        return Err(anyhow!("{}: is a directory", db.display()));
+    }
+    let missing = !db.exists();
+    let parent_missing = db
+        .parent()
+        .is_some_and(|p| !p.as_os_str().is_empty() && !p.is_dir());
+    if missing && (!writes || parent_missing) {
+        return Err(anyhow!("{}: no such file or directory", db.display()));
+    }
+    let options = Options {
+        create: writes,
+        read_only: !writes,
+        ..Options::default()
+    };
+    let ws = Workspace::open(db, options).map_err(vfs_err)?;
+    Ok(ws.fs())
 }
 
 pub fn run(args: FsArgs) -> anyhow::Result<ExitCode> {
-    let _ = args;
-    anyhow::bail!("not implemented yet")
+    // grep(1) exits 1 for "no match", so its errors exit 2.
+    let error_code = match args.command {
+        FsCommand::Grep { .. } => 2,
+        _ => 1,
+    };
+    let result = open(&args.db, args.command.writes()).and_then(|fs| dispatch(&fs, args.command));
+    match result {
+        Ok(code) => Ok(code),
+        Err(err) if is_broken_pipe(&err) => Ok(ExitCode::SUCCESS),
+        Err(err) if error_code != 1 => {
+            report(&err);
+            Ok(ExitCode::from(error_code))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        FsCommand::Ls { long, path } => ls(fs, &ws_path(&path)?, long),
+        FsCommand::Cat { paths } => cat(fs, &paths),
+        FsCommand::Write { path, append } => write(fs, &ws_path(&path)?, append),
+        FsCommand::Mkdir {
+            parents,
+            mode,
+            paths,
+        } => {
+            let mode = match mode {
+                Some(text) => mode_arg(&text)?,
+                None => 0o755,
+            };
+            let options = MkdirOptions {
+                recursive: parents,
+                mode,
+            };
+            each(&paths, |path| fs.mkdir(path, options).map_err(vfs_err))
+        }
+        FsCommand::Rm {
+            recursive,
+            force,
+            paths,
+        } => {
+            let options = RmOptions { recursive, force };
+            each(&paths, |path| fs.rm(path, options).map_err(vfs_err))
+        }
+        FsCommand::Mv { src, dst } => {
+            let src = ws_path(&src)?;
+            let dst = into_dir(fs, &src, ws_path(&dst)?);
+            fs.rename(&src, &dst).map_err(vfs_err)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FsCommand::Cp {
+            recursive,
+            src,
+            dst,
+        } => cp(fs, &ws_path(&src)?, ws_path(&dst)?, recursive),
+        FsCommand::Ln {
+            symbolic,
+            target,
+            link,
+        } => {
+            if target.is_empty() {
+                return Err(anyhow!("'': invalid argument: empty link target"));
+            }
+            let link = into_dir(fs, &target, ws_path(&link)?);
+            if symbolic {
+                fs.symlink(&target, &link).map_err(vfs_err)?;
+            } else {
+                fs.link(&ws_path(&target)?, &link).map_err(vfs_err)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FsCommand::Stat { dereference, paths } => stat(fs, &paths, dereference),
+        FsCommand::Find { pattern } => {
+            let found = fs.glob(&ws_path(&pattern)?).map_err(vfs_err)?;
+            let mut out = BufWriter::new(io::stdout().lock());
+            for path in found {
+                writeln!(out, "{path}").map_err(out_err)?;
+            }
+            out.flush().map_err(out_err)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FsCommand::Grep {
+            ignore_case,
+            extended_regexp,
+            include,
+            max_count,
+            pattern,
+            path,
+        } => {
+            let options = GrepOptions {
+                regex: extended_regexp,
+                ignore_case,
+                max_matches: max_count,
+                include,
+            };
+            grep(fs, &pattern, &ws_path(&path)?, &options)
+        }
+        FsCommand::Import {
+            host_dir,
+            path,
+            no_progress,
+        } => import(fs, &host_dir, &ws_path(&path)?, !no_progress),
+        FsCommand::Export {
+            path,
+            host_dir,
+            no_progress,
+        } => export(fs, &ws_path(&path)?, &host_dir, !no_progress),
+        FsCommand::Check { no_progress } => check(fs.workspace(), !no_progress),
+        FsCommand::Stats { json } => stats(fs.workspace(), json),
+        FsCommand::Chmod { mode, paths } => {
+            let mode = mode_arg(&mode)?;
+            each(&paths, |path| fs.chmod(path, mode).map_err(vfs_err))
+        }
+        FsCommand::Truncate {
+            size,
+            no_create,
+            paths,
+        } => {
+            let size = parse_size(&size).ok_or_else(|| {
+                anyhow!("{size}: invalid size (expected bytes, optionally with K, M, G or T)")
+            })?;
+            each(&paths, |path| truncate(fs, path, size, !no_create))
+        }
+        FsCommand::Tree { path } => {
+            let mut out = BufWriter::new(io::stdout().lock());
+            crate::fs_walk::tree(fs, &ws_path(&path)?, &mut out)?;
+            out.flush().map_err(out_err)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FsCommand::Du {
+            summarize,
+            human_readable,
+            path,
+            help: _,
+        } => {
+            let mut out = BufWriter::new(io::stdout().lock());
+            crate::fs_walk::du(fs, &ws_path(&path)?, summarize, human_readable, &mut out)?;
+            out.flush().map_err(out_err)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn mode_arg(text: &str) -> anyhow::Result<u32> {
+    parse_mode(text).ok_or_else(|| anyhow!("{text}: invalid mode (expected octal, like 755)"))
+}
+
+/// Runs `f` on every path, reporting each failure; fails if any did.
+fn each(
+    paths: &[String],
+    mut f: impl FnMut(&str) -> anyhow::Result<()>,
+) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    for arg in paths {
+        if let Err(err) = ws_path(arg).and_then(|path| f(&path)) {
+            if is_broken_pipe(&err) || err.downcast_ref::<StdoutError>().is_some() {
+                return Err(err);
+            }
+            report(&err);
+            failed = true;
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+// -------------------------------------------------------------------------- commands
+
+fn ls(fs: &Fs, path: &str, long: bool) -> anyhow::Result<ExitCode> {
+    let ws = fs.workspace();
+    let lattr = fs.lstat(path).map_err(vfs_err)?;
+    // Like ls(1): `ls -l link` shows the link itself, `ls link` what it points to.
+    let follow = !long || path.ends_with('/');
+    let attr = if lattr.kind == FileKind::Symlink && follow {
+        fs.stat(path).map_err(vfs_err)?
+    } else {
+        lattr
+    };
+    let mut rows: Vec<(Vec<u8>, Attr)> = Vec::new();
+    if attr.is_dir() {
+        let mut entries = fs.readdir(path).map_err(vfs_err)?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for entry in entries {
+            if !long {
+                rows.push((entry.name, attr.clone()));
+                continue;
+            }
+            match ws.getattr(entry.ino) {
+                Ok(attr) => rows.push((entry.name, attr)),
+                // Removed since the listing: not there any more.
+                Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(vfs_err(e.at(&join(path, &entry.name_lossy())))),
+            }
+        }
+    } else {
+        rows.push((path.as_bytes().to_vec(), attr));
+    }
+    let mut out = BufWriter::new(io::stdout().lock());
+    let width = |f: &dyn Fn(&Attr) -> String| rows.iter().map(|(_, a)| f(a).len()).max();
+    let nlink_w = width(&|a| a.nlink.to_string()).unwrap_or(1);
+    let uid_w = width(&|a| a.uid.to_string()).unwrap_or(1);
+    let gid_w = width(&|a| a.gid.to_string()).unwrap_or(1);
+    let size_w = width(&|a| a.size.to_string()).unwrap_or(1);
+    for (name, attr) in &rows {
+        if long {
+            write!(
+                out,
+                "{} {:>nlink_w$} {:>uid_w$} {:>gid_w$} {:>size_w$} {} ",
+                mode_string(attr.kind, attr.perm),
+                attr.nlink,
+                attr.uid,
+                attr.gid,
+                attr.size,
+                short_time(attr.mtime),
+            )
+            .map_err(out_err)?;
+        }
+        out.write_all(name).map_err(out_err)?;
+        if long && attr.kind == FileKind::Symlink {
+            let target = ws
+                .readlink(attr.ino)
+                .map_err(|e| vfs_err(e.at(&String::from_utf8_lossy(name))))?;
+            out.write_all(b" -> ").map_err(out_err)?;
+            out.write_all(&target).map_err(out_err)?;
+        }
+        out.write_all(b"\n").map_err(out_err)?;
+    }
+    out.flush().map_err(out_err)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cat(fs: &Fs, paths: &[String]) -> anyhow::Result<ExitCode> {
+    let mut out = io::stdout().lock();
+    let mut buf = vec![0u8; COPY_BUFFER];
+    let mut failed = false;
+    for arg in paths {
+        let path = match ws_path(arg) {
+            Ok(path) => path,
+            Err(err) => {
+                report(&err);
+                failed = true;
+                continue;
+            }
+        };
+        let mut reader = match fs.open_read(&path) {
+            Ok(reader) => reader,
+            Err(err) => {
+                report(&vfs_err(err));
+                failed = true;
+                continue;
+            }
+        };
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    report(&vfs_err(Error::Io {
+                        path: ErrorPath::of(path.clone()),
+                        source: e,
+                    }));
+                    failed = true;
+                    break;
+                }
+            };
+            out.write_all(&buf[..n]).map_err(out_err)?;
+        }
+    }
+    out.flush().map_err(out_err)?;
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Reads stdin to its end, handing each piece to `sink`.
+fn pump_stdin(mut sink: impl FnMut(&[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let mut stdin = io::stdin().lock();
+    let mut buf = vec![0u8; COPY_BUFFER];
+    loop {
+        let n = match stdin.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(anyhow!("standard input: {}", describe_io(&e))),
+        };
+        sink(&buf[..n])?;
+    }
+}
+
+fn write(fs: &Fs, path: &str, append: bool) -> anyhow::Result<ExitCode> {
+    let existing = match fs.stat(path) {
+        Ok(attr) => Some(attr),
+        Err(Error::NotFound(_)) => None,
+        Err(e) => return Err(vfs_err(e)),
+    };
+    match existing {
+        Some(attr) if append => {
+            if attr.is_dir() {
+                return Err(vfs_err(Error::IsDir(ErrorPath::of(path))));
+            }
+            // The path API appends from memory only; stream through the inode API.
+            let ws = fs.workspace();
+            let flags = OpenFlags {
+                append: true,
+                ..OpenFlags::WRITE
+            };
+            let fh = ws
+                .open_file(attr.ino, flags)
+                .map_err(|e| vfs_err(e.at(path)))?;
+            let pumped = pump_stdin(|data| {
+                ws.write(fh, 0, data)
+                    .map(drop)
+                    .map_err(|e| vfs_err(e.at(path)))
+            });
+            let flushed = ws.flush(fh);
+            let released = ws.release(fh);
+            pumped?;
+            flushed.map_err(|e| vfs_err(e.at(path)))?;
+            released.map_err(|e| vfs_err(e.at(path)))?;
+        }
+        _ => {
+            let mut writer = fs.create_write(path).map_err(vfs_err)?;
+            pump_stdin(|data| {
+                writer.write_all(data).map_err(|e| {
+                    vfs_err(Error::Io {
+                        path: ErrorPath::of(path),
+                        source: e,
+                    })
+                })
+            })?;
+            writer.finish().map_err(vfs_err)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cp(fs: &Fs, src: &str, dst: String, recursive: bool) -> anyhow::Result<ExitCode> {
+    let src_attr = fs.stat(src).map_err(vfs_err)?;
+    let dst = into_dir(fs, src, dst);
+    match fs.lstat(&dst) {
+        Ok(dst_attr) if dst_attr.ino == src_attr.ino => {
+            Err(anyhow!("{src} and {dst} are the same file"))
+        }
+        Ok(dst_attr) if !dst_attr.is_dir() && !src_attr.is_dir() => {
+            // The store copies only to a new name: copy beside the target, then rename
+            // over it, so the target is replaced at once or not at all.
+            let temp = join(
+                parent_dir(&dst),
+                &format!(".{}.cp-{}", base_name(&dst), std::process::id()),
+            );
+            fs.copy(src, &temp, false).map_err(vfs_err)?;
+            if let Err(e) = fs.rename(&temp, &dst) {
+                let _ = fs.rm(&temp, RmOptions::default());
+                return Err(vfs_err(e));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => {
+            fs.copy(src, &dst, recursive).map_err(vfs_err)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn stat(fs: &Fs, paths: &[String], follow: bool) -> anyhow::Result<ExitCode> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    let mut first = true;
+    let code = each(paths, |path| {
+        let attr = if follow {
+            fs.stat(path)
+        } else {
+            fs.lstat(path)
+        }
+        .map_err(vfs_err)?;
+        let target = if attr.kind == FileKind::Symlink {
+            Some(fs.readlink(path).map_err(vfs_err)?)
+        } else {
+            None
+        };
+        let mut text = String::new();
+        if !first {
+            text.push('\n');
+        }
+        first = false;
+        let mut line = |key: &str, value: String| {
+            text.push_str(&format!("{key:>9}: {value}\n"));
+        };
+        line("path", path.to_owned());
+        line("kind", kind_name(attr.kind).to_owned());
+        if let Some(target) = target {
+            line("target", target);
+        }
+        line("inode", attr.ino.0.to_string());
+        line("links", attr.nlink.to_string());
+        line(
+            "mode",
+            format!(
+                "{:04o} ({}) st_mode {:o}",
+                attr.perm,
+                mode_string(attr.kind, attr.perm),
+                attr.mode()
+            ),
+        );
+        line("uid", attr.uid.to_string());
+        line("gid", attr.gid.to_string());
+        line("size", attr.size.to_string());
+        line("blocks", format!("{} (512-byte)", attr.blocks_512()));
+        if matches!(attr.kind, FileKind::CharDevice | FileKind::BlockDevice) {
+            line("rdev", attr.rdev.to_string());
+        }
+        line("atime", rfc3339_ns(attr.atime));
+        line("mtime", rfc3339_ns(attr.mtime));
+        line("ctime", rfc3339_ns(attr.ctime));
+        line("revision", attr.revision.0.to_string());
+        out.write_all(text.as_bytes()).map_err(out_err)
+    })?;
+    out.flush().map_err(out_err)?;
+    Ok(code)
+}
+
+fn grep(fs: &Fs, pattern: &str, path: &str, options: &GrepOptions) -> anyhow::Result<ExitCode> {
+    let matches = fs.grep(pattern, path, options).map_err(vfs_err)?;
+    let mut out = BufWriter::new(io::stdout().lock());
+    for m in &matches {
+        writeln!(out, "{}:{}:{}", m.path, m.line_number, m.line).map_err(out_err)?;
+    }
+    out.flush().map_err(out_err)?;
+    Ok(if matches.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn truncate(fs: &Fs, path: &str, size: u64, create: bool) -> anyhow::Result<()> {
+    if create && !fs.exists(path).map_err(vfs_err)? {
+        fs.write_file(path, []).map_err(vfs_err)?;
+    }
+    fs.truncate(path, size).map_err(vfs_err)
+}
+
+/// `imported 3 files, 1 directory, ... 1.2 MiB (1234567 bytes) in 0.52 s (2.37 MB/s)`.
+fn summary_line(verb: &str, s: &Summary, elapsed: Duration) -> String {
+    fn count(n: u64, one: &str, many: &str) -> String {
+        format!("{n} {}", if n == 1 { one } else { many })
+    }
+    let secs = elapsed.as_secs_f64();
+    let rate = s.bytes as f64 / secs.max(1e-6) / 1e6;
+    let mut line = format!(
+        "{verb} {}, {}, {}, {}, {} ({} bytes) in {secs:.2} s ({rate:.2} MB/s)",
+        count(s.files, "file", "files"),
+        count(s.directories, "directory", "directories"),
+        count(s.symlinks, "symlink", "symlinks"),
+        count(s.hard_links, "hard link", "hard links"),
+        human_bytes(s.bytes),
+        s.bytes,
+    );
+    if s.skipped > 0 {
+        line.push_str(&format!(
+            "; skipped {}",
+            count(s.skipped, "special file", "special files")
+        ));
+    }
+    line
+}
+
+fn import(fs: &Fs, host_dir: &Path, path: &str, progress: bool) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let mut bar = TransferProgress::new("import", progress);
+    let result = transfer::import(fs, host_dir, path, &mut |p| bar.update(p));
+    bar.finish();
+    let summary = result.map_err(vfs_err)?;
+    println!("{}", summary_line("imported", &summary, start.elapsed()));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn export(fs: &Fs, path: &str, host_dir: &Path, progress: bool) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let mut bar = TransferProgress::new("export", progress);
+    let result = transfer::export(fs, path, host_dir, &mut |p| bar.update(p));
+    bar.finish();
+    let summary = result.map_err(vfs_err)?;
+    println!("{}", summary_line("exported", &summary, start.elapsed()));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check(ws: &Workspace, progress: bool) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let mut bar = CheckBar::new(progress);
+    let result = ws.check_with_progress(&mut |p| bar.update(p.blocks_done, p.blocks_total));
+    bar.finish();
+    let report = result.map_err(vfs_err)?;
+    let mut out = BufWriter::new(io::stdout().lock());
+    for problem in &report.problems {
+        writeln!(out, "{problem}").map_err(out_err)?;
+    }
+    if report.problems_unlisted > 0 {
+        writeln!(out, "... and {} more problems", report.problems_unlisted).map_err(out_err)?;
+    }
+    let problems = report.problems.len() + report.problems_unlisted;
+    let verdict = match problems {
+        0 => "no problems".to_owned(),
+        1 => "1 problem".to_owned(),
+        n => format!("{n} problems"),
+    };
+    writeln!(
+        out,
+        "checked {} nodes, {} {}, {} ({} bytes) in {:.2} s: {verdict}",
+        report.nodes,
+        report.blocks,
+        if report.blocks == 1 {
+            "block"
+        } else {
+            "blocks"
+        },
+        human_bytes(report.block_bytes),
+        report.block_bytes,
+        start.elapsed().as_secs_f64(),
+    )
+    .map_err(out_err)?;
+    out.flush().map_err(out_err)?;
+    Ok(if report.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn stats(ws: &Workspace, json: bool) -> anyhow::Result<ExitCode> {
+    let s = ws.stats().map_err(vfs_err)?;
+    let text = if json {
+        format!(
+            "{{\"workspace_id\":{},\"files\":{},\"directories\":{},\"symlinks\":{},\
+             \"other_nodes\":{},\"logical_bytes\":{},\"unique_bytes\":{},\"stored_bytes\":{},\
+             \"blocks\":{},\"dedup_ratio\":{},\"database_bytes\":{},\"revision\":{}}}\n",
+            json_string(ws.id()),
+            s.files,
+            s.directories,
+            s.symlinks,
+            s.other_nodes,
+            s.logical_bytes,
+            s.unique_bytes,
+            s.stored_bytes,
+            s.blocks,
+            json_f64(s.dedup_ratio()),
+            s.database_bytes,
+            s.revision.0,
+        )
+    } else {
+        let bytes = |n: u64| format!("{} ({n} bytes)", human_bytes(n));
+        let rows = [
+            ("files", s.files.to_string()),
+            ("directories", s.directories.to_string()),
+            ("symlinks", s.symlinks.to_string()),
+            ("other nodes", s.other_nodes.to_string()),
+            ("logical bytes", bytes(s.logical_bytes)),
+            ("unique bytes", bytes(s.unique_bytes)),
+            ("stored bytes", bytes(s.stored_bytes)),
+            ("blocks", s.blocks.to_string()),
+            ("dedup ratio", format!("{:.2}", s.dedup_ratio())),
+            ("database bytes", bytes(s.database_bytes)),
+            ("revision", s.revision.0.to_string()),
+        ];
+        rows.iter()
+            .map(|(key, value)| format!("{:<15} {value}\n", format!("{key}:")))
+            .collect()
+    };
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes()).map_err(out_err)?;
+    out.flush().map_err(out_err)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_from_arguments() {
+        assert_eq!(ws_path("/a").unwrap(), "/a");
+        assert_eq!(ws_path("a/b").unwrap(), "/a/b");
+        assert!(ws_path("").is_err());
+        assert_eq!(base_name("/a/b/"), "b");
+        assert_eq!(base_name("/"), "");
+        assert_eq!(base_name("x"), "x");
+        assert_eq!(parent_dir("/a/b"), "/a");
+        assert_eq!(parent_dir("/a"), "/");
+        assert_eq!(parent_dir("/"), "/");
+    }
+
+    #[test]
+    fn io_errors_read_like_store_errors() {
+        let err = Error::Io {
+            path: ErrorPath::of("/host/x"),
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        assert_eq!(describe(&err), "/host/x: no such file or directory");
+        // A store error wrapped in an I/O error (from a stream) is shown once.
+        let inner = Error::NotFound(ErrorPath::of("/a"));
+        let err = Error::Io {
+            path: ErrorPath::of("/a"),
+            source: io::Error::other(inner),
+        };
+        assert_eq!(describe(&err), "/a: no such file or directory");
+    }
 }

@@ -158,7 +158,9 @@ pub fn json_f64(x: f64) -> String {
 /// `2M`, `3G`, `1T`, `1P`; `KiB`- and `KB`-style spellings mean the same.
 pub fn parse_size(text: &str) -> Option<u64> {
     let text = text.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     if digits == 0 {
         return None;
     }
@@ -198,7 +200,10 @@ mod tests {
             "2023-11-14T22:13:20.123456789Z"
         );
         assert_eq!(rfc3339_ns(-1), "1969-12-31T23:59:59.999999999Z");
-        assert_eq!(rfc3339_ns(951_782_400 * NS_PER_SEC), "2000-02-29T00:00:00.000000000Z");
+        assert_eq!(
+            rfc3339_ns(951_782_400 * NS_PER_SEC),
+            "2000-02-29T00:00:00.000000000Z"
+        );
         assert_eq!(short_time(1_700_000_000 * NS_PER_SEC), "2023-11-14 22:13");
         // The extremes of the type do not panic.
         let _ = rfc3339_ns(i64::MIN);

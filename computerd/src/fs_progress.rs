@@ -22,7 +22,9 @@ enum Display {
     /// Not decided yet: waiting for the first report, which carries the totals.
     Undecided,
     Bar(ProgressBar),
-    Lines { last: Instant },
+    Lines {
+        last: Instant,
+    },
     Nothing,
 }
 
@@ -77,10 +79,8 @@ impl TransferProgress {
             return Display::Nothing;
         }
         if std::io::stderr().is_terminal() {
-            let bar = ProgressBar::with_draw_target(
-                Some(p.bytes_total),
-                ProgressDrawTarget::stderr(),
-            );
+            let bar =
+                ProgressBar::with_draw_target(Some(p.bytes_total), ProgressDrawTarget::stderr());
             let template = "{prefix} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} \
                             ({bytes_per_sec}, {eta}) {msg}";
             if let Ok(style) = ProgressStyle::with_template(template) {

@@ -45,7 +45,9 @@ pub fn tree(fs: &Fs, path: &str, out: &mut dyn Write) -> anyhow::Result<()> {
     writeln!(out, "{path}").map_err(out_err)?;
     let (mut dirs, mut files) = (0u64, 0u64);
     let mut stack = Vec::new();
-    if attr.is_dir() {
+    if !attr.is_dir() {
+        files = 1;
+    } else {
         stack.push(TreeFrame {
             entries: list_dir(ws, attr.ino, path).map_err(vfs_err)?,
             next: 0,

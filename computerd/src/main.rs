@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod fs_cmd;
+mod fs_format;
+mod fs_progress;
+mod fs_walk;
 mod fuse;
 mod mount;
 

@@ -1,0 +1,457 @@
+//! `computerd fs`: the built binary against a temporary workspace database.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+struct Run {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+impl Run {
+    fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    #[track_caller]
+    fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "stderr: {}", self.stderr);
+        self
+    }
+}
+
+fn computerd(db: &Path, args: &[&str], stdin: &[u8]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_computerd"))
+        .arg("fs")
+        .arg(db)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("computerd starts");
+    let mut pipe = child.stdin.take().expect("stdin is piped");
+    let input = stdin.to_vec();
+    let feeder = std::thread::spawn(move || {
+        // The command may not read stdin at all: a closed pipe is fine.
+        let _ = pipe.write_all(&input);
+    });
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().expect("computerd runs");
+    feeder.join().expect("stdin feeder");
+    Run {
+        code: status
+            .code()
+            .expect("computerd exits, not killed by a signal"),
+        stdout,
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+fn setup() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("ws.db");
+    (dir, db)
+}
+
+/// Deterministic bytes that do not repeat (so they span several content blocks).
+fn pseudo_random(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn write_and_cat_round_trip_through_stdin() {
+    let (_dir, db) = setup();
+    let data = pseudo_random(3 << 20);
+    computerd(&db, &["write", "/blob"], &data).ok();
+    assert!(db.exists(), "a write command creates the database");
+    let run = computerd(&db, &["cat", "/blob"], b"").ok();
+    assert!(run.stdout == data, "cat returns what write stored");
+
+    // Replace, then append.
+    computerd(&db, &["write", "/t.txt"], b"first\n").ok();
+    computerd(&db, &["write", "/t.txt"], b"hello\n").ok();
+    computerd(&db, &["write", "--append", "/t.txt"], b"world\n").ok();
+    // Relative paths are taken from the root.
+    computerd(&db, &["write", "-a", "new.txt"], b"created\n").ok();
+    let run = computerd(&db, &["cat", "/t.txt", "/new.txt"], b"").ok();
+    assert_eq!(run.out(), "hello\nworld\ncreated\n");
+
+    let run = computerd(&db, &["stat", "/t.txt"], b"").ok();
+    let out = run.out();
+    assert!(out.contains("size: 12\n"), "{out}");
+    assert!(out.contains("mode: 0644 (-rw-r--r--)"), "{out}");
+    assert!(out.contains("kind: regular file"), "{out}");
+    for key in ["inode:", "links: 1", "uid:", "gid:", "revision:"] {
+        assert!(out.contains(key), "{key} in {out}");
+    }
+    // Times are RFC 3339 with nanoseconds, in UTC.
+    let mtime = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("mtime: "))
+        .expect("an mtime line");
+    assert_eq!(
+        mtime.len(),
+        "2024-01-01T00:00:00.000000000Z".len(),
+        "{mtime}"
+    );
+    assert!(
+        mtime.ends_with('Z') && mtime.as_bytes()[19] == b'.',
+        "{mtime}"
+    );
+}
+
+#[test]
+fn mkdir_ls_and_tree_manipulation() {
+    let (_dir, db) = setup();
+    computerd(&db, &["mkdir", "-p", "/a/b/c", "/a/d"], b"").ok();
+    computerd(&db, &["write", "/a/file"], b"12345").ok();
+    computerd(&db, &["ln", "-s", "file", "/a/link"], b"").ok();
+
+    let run = computerd(&db, &["ls", "/a"], b"").ok();
+    assert_eq!(run.out(), "b\nd\nfile\nlink\n");
+    let run = computerd(&db, &["ls"], b"").ok();
+    assert_eq!(run.out(), "a\n");
+
+    let run = computerd(&db, &["ls", "-l", "/a"], b"").ok();
+    let lines: Vec<String> = run.out().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(lines[0].starts_with("drwxr-xr-x ") && lines[0].ends_with(" b"));
+    assert!(lines[2].starts_with("-rw-r--r-- "), "{}", lines[2]);
+    assert!(
+        lines[2].contains(" 5 ") && lines[2].ends_with(" file"),
+        "{}",
+        lines[2]
+    );
+    assert!(lines[3].starts_with("lrwxrwxrwx ") && lines[3].ends_with(" link -> file"));
+
+    // mkdir without -p on an existing directory fails; with -p it does not.
+    let run = computerd(&db, &["mkdir", "/a/b"], b"");
+    assert_ne!(run.code, 0);
+    assert_eq!(run.stderr, "computerd: /a/b: file exists\n");
+    computerd(&db, &["mkdir", "-p", "/a/b"], b"").ok();
+
+    // mv into a directory, cp, hard link, chmod, rm -r.
+    computerd(&db, &["mv", "/a/file", "/a/d"], b"").ok();
+    computerd(&db, &["cp", "/a/d/file", "/a/copy"], b"").ok();
+    computerd(&db, &["write", "/a/other"], b"other").ok();
+    computerd(&db, &["cp", "/a/other", "/a/copy"], b"").ok();
+    computerd(&db, &["ln", "/a/copy", "/a/hard"], b"").ok();
+    computerd(&db, &["chmod", "600", "/a/hard"], b"").ok();
+    let run = computerd(&db, &["cat", "/a/d/file", "/a/copy", "/a/hard"], b"").ok();
+    assert_eq!(run.out(), "12345otherother");
+    let run = computerd(&db, &["stat", "/a/copy"], b"").ok();
+    assert!(run.out().contains("links: 2"), "{}", run.out());
+    assert!(run.out().contains("mode: 0600"), "{}", run.out());
+
+    computerd(&db, &["truncate", "-s", "2", "/a/copy"], b"").ok();
+    let run = computerd(&db, &["cat", "/a/hard"], b"").ok();
+    assert_eq!(run.out(), "ot");
+
+    let run = computerd(&db, &["find", "/a/**/file"], b"").ok();
+    assert_eq!(run.out(), "/a/d/file\n");
+
+    let run = computerd(&db, &["rm", "/a"], b"");
+    assert_eq!(run.stderr, "computerd: /a: is a directory\n");
+    computerd(&db, &["rm", "-r", "/a"], b"").ok();
+    let run = computerd(&db, &["ls", "/"], b"").ok();
+    assert_eq!(run.out(), "");
+    computerd(&db, &["rm", "-f", "/a"], b"").ok();
+}
+
+#[test]
+fn import_then_export_keeps_the_tree() {
+    let (dir, db) = setup();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("sub/empty")).unwrap();
+    fs::write(src.join("top.txt"), b"top level\n").unwrap();
+    fs::write(src.join("sub/data.bin"), pseudo_random(300_000)).unwrap();
+    fs::write(src.join("sub/script.sh"), b"#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(src.join("sub/script.sh"), fs::Permissions::from_mode(0o751)).unwrap();
+    fs::set_permissions(src.join("sub/empty"), fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink("../top.txt", src.join("sub/link")).unwrap();
+    fs::hard_link(src.join("top.txt"), src.join("sub/hard.txt")).unwrap();
+
+    let run = computerd(&db, &["import", src.to_str().unwrap(), "/proj"], b"").ok();
+    let summary = run.out();
+    assert_eq!(summary.lines().count(), 1, "{summary}");
+    assert!(
+        summary.starts_with(
+            "imported 3 files, 2 directories, 1 symlink, 1 hard link, 293.0 KiB (300028 bytes) in "
+        ),
+        "{summary}"
+    );
+    assert!(summary.trim_end().ends_with(" MB/s)"), "{summary}");
+    // No terminal and a small tree: no progress output.
+    assert_eq!(run.stderr, "");
+
+    let out = dir.path().join("out");
+    let run = computerd(&db, &["export", "/proj", out.to_str().unwrap()], b"").ok();
+    assert!(run
+        .out()
+        .starts_with("exported 3 files, 2 directories, 1 symlink, 1 hard link,"));
+
+    for file in ["top.txt", "sub/data.bin", "sub/script.sh", "sub/hard.txt"] {
+        let (a, b) = (src.join(file), out.join(file));
+        assert!(
+            fs::read(&a).unwrap() == fs::read(&b).unwrap(),
+            "{file} content"
+        );
+        let (ma, mb) = (fs::metadata(&a).unwrap(), fs::metadata(&b).unwrap());
+        assert_eq!(ma.mode() & 0o7777, mb.mode() & 0o7777, "{file} mode");
+        assert_eq!(ma.mtime(), mb.mtime(), "{file} mtime");
+    }
+    let empty = fs::metadata(out.join("sub/empty")).unwrap();
+    assert!(empty.is_dir());
+    assert_eq!(empty.mode() & 0o7777, 0o700);
+    let link = out.join("sub/link");
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(fs::read_link(&link).unwrap(), Path::new("../top.txt"));
+    let (top, hard) = (
+        fs::metadata(out.join("top.txt")).unwrap(),
+        fs::metadata(out.join("sub/hard.txt")).unwrap(),
+    );
+    assert_eq!(top.ino(), hard.ino(), "the hard link stays a hard link");
+    assert_eq!(top.nlink(), 2);
+
+    // The workspace view agrees.
+    let run = computerd(&db, &["ls", "-l", "/proj/sub"], b"").ok();
+    assert!(run.out().contains(" link -> ../top.txt\n"), "{}", run.out());
+    let run = computerd(&db, &["du", "-s", "/proj"], b"").ok();
+    assert_eq!(run.out(), "300028\t/proj\n");
+    let run = computerd(&db, &["tree", "/proj"], b"").ok();
+    assert!(
+        run.out().ends_with("\n2 directories, 5 files\n"),
+        "{}",
+        run.out()
+    );
+
+    // Export of a file, import of a missing host directory: one line each.
+    let run = computerd(
+        &db,
+        &["export", "/proj/top.txt", out.to_str().unwrap()],
+        b"",
+    );
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stderr, "computerd: /proj/top.txt: not a directory\n");
+    let missing = dir.path().join("missing");
+    let run = computerd(&db, &["import", missing.to_str().unwrap(), "/x"], b"");
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "computerd: {}: no such file or directory\n",
+            missing.display()
+        )
+    );
+}
+
+#[test]
+fn grep_reports_matches_and_exit_codes() {
+    let (_dir, db) = setup();
+    let main_rs = b"fn main() {\n    println!(\"Hello\");\n}\n";
+    // write makes no parent directories.
+    let run = computerd(&db, &["write", "/src/main.rs"], main_rs);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "computerd: /src/main.rs: no such file or directory\n"
+    );
+    computerd(&db, &["mkdir", "-p", "/src/lib"], b"").ok();
+    computerd(&db, &["write", "/src/main.rs"], main_rs).ok();
+    computerd(
+        &db,
+        &["write", "/src/lib/notes.txt"],
+        b"hello notes\nnothing\n",
+    )
+    .ok();
+
+    let run = computerd(&db, &["grep", "Hello"], b"");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.out(), "/src/main.rs:2:    println!(\"Hello\");\n");
+
+    let run = computerd(&db, &["grep", "-i", "hello", "/src"], b"");
+    assert_eq!(run.code, 0);
+    let out = run.out();
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "/src/lib/notes.txt:1:hello notes",
+            "/src/main.rs:2:    println!(\"Hello\");"
+        ]
+    );
+
+    let run = computerd(&db, &["grep", "-i", "--include", "*.txt", "hello"], b"");
+    assert_eq!(run.out(), "/src/lib/notes.txt:1:hello notes\n");
+    let run = computerd(&db, &["grep", "-E", "^no+", "/src/lib/notes.txt"], b"");
+    assert_eq!(run.out(), "/src/lib/notes.txt:2:nothing\n");
+    let run = computerd(&db, &["grep", "-m", "1", "-E", "."], b"");
+    assert_eq!(run.out().lines().count(), 1);
+
+    // No match: exit 1, nothing printed. An error: exit 2, one line.
+    let run = computerd(&db, &["grep", "absent"], b"");
+    assert_eq!(
+        (run.code, run.out(), run.stderr.as_str()),
+        (1, String::new(), "")
+    );
+    let run = computerd(&db, &["grep", "x", "/nope"], b"");
+    assert_eq!(run.code, 2);
+    assert_eq!(run.stderr, "computerd: /nope: no such file or directory\n");
+    let run = computerd(&db, &["grep", "-E", "(", "/"], b"");
+    assert_eq!(run.code, 2);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+}
+
+#[test]
+fn check_and_stats_on_a_good_database() {
+    let (_dir, db) = setup();
+    let data = pseudo_random(200_000);
+    computerd(&db, &["write", "/one"], &data).ok();
+    computerd(&db, &["cp", "/one", "/two"], b"").ok();
+    computerd(&db, &["mkdir", "/d"], b"").ok();
+    computerd(&db, &["ln", "-s", "/one", "/l"], b"").ok();
+
+    let run = computerd(&db, &["check"], b"").ok();
+    let out = run.out();
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.starts_with("checked 5 nodes, "), "{out}");
+    assert!(out.trim_end().ends_with(": no problems"), "{out}");
+
+    let run = computerd(&db, &["stats"], b"").ok();
+    let out = run.out();
+    let field = |key: &str| -> String {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("{key} in {out}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(field("files"), "2");
+    assert_eq!(field("directories"), "2");
+    assert_eq!(field("symlinks"), "1");
+    assert_eq!(field("logical bytes"), "390.6 KiB (400000 bytes)");
+    assert_eq!(field("unique bytes"), "195.3 KiB (200000 bytes)");
+    assert!(field("dedup ratio").parse::<f64>().unwrap() >= 1.9);
+    assert!(field("database bytes").ends_with(" bytes)"));
+    let revision: u64 = field("revision").parse().unwrap();
+    assert!(revision >= 4);
+
+    let run = computerd(&db, &["stats", "--json"], b"").ok();
+    let json = run.out();
+    assert!(
+        json.starts_with('{') && json.trim_end().ends_with('}'),
+        "{json}"
+    );
+    for part in [
+        "\"files\":2,",
+        "\"directories\":2,",
+        "\"symlinks\":1,",
+        "\"logical_bytes\":400000,",
+        "\"unique_bytes\":200000,",
+        "\"stored_bytes\":",
+        "\"blocks\":",
+        "\"dedup_ratio\":",
+        "\"database_bytes\":",
+        &format!("\"revision\":{revision}}}"),
+    ] {
+        assert!(json.contains(part), "{part} in {json}");
+    }
+}
+
+#[test]
+fn errors_are_one_line_naming_the_path() {
+    let (dir, db) = setup();
+    computerd(&db, &["mkdir", "/a"], b"").ok();
+
+    let run = computerd(&db, &["cat", "/a/b"], b"");
+    assert_ne!(run.code, 0);
+    assert_eq!(run.stderr, "computerd: /a/b: no such file or directory\n");
+    assert!(run.stdout.is_empty());
+
+    // Several paths: each bad one is reported, the good ones still done.
+    computerd(&db, &["write", "/f"], b"ok\n").ok();
+    let run = computerd(&db, &["cat", "/x", "/f", "/a"], b"");
+    assert_eq!(run.code, 1);
+    assert_eq!(run.out(), "ok\n");
+    assert_eq!(
+        run.stderr,
+        "computerd: /x: no such file or directory\ncomputerd: /a: is a directory\n"
+    );
+
+    let run = computerd(&db, &["ls", "/f/x"], b"");
+    assert_eq!(run.stderr, "computerd: /f/x: not a directory\n");
+    let run = computerd(&db, &["chmod", "u+x", "/f"], b"");
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "computerd: u+x: invalid mode (expected octal, like 755)\n"
+    );
+    let run = computerd(&db, &["mv", "/nope", "/x"], b"");
+    assert_eq!(run.stderr, "computerd: /nope: no such file or directory\n");
+    let run = computerd(&db, &["rm", "/"], b"");
+    assert_eq!(run.code, 1);
+    assert_eq!(run.stderr.lines().count(), 1);
+
+    // A missing database: read commands do not create it.
+    let missing = dir.path().join("missing.db");
+    for args in [
+        &["ls"][..],
+        &["cat", "/f"],
+        &["stat", "/"],
+        &["stats"],
+        &["check"],
+        &["find", "/*"],
+    ] {
+        let run = computerd(&missing, args, b"");
+        assert_eq!(run.code, 1, "{args:?}");
+        assert_eq!(
+            run.stderr,
+            format!(
+                "computerd: {}: no such file or directory\n",
+                missing.display()
+            ),
+            "{args:?}"
+        );
+    }
+    let run = computerd(&missing, &["grep", "x"], b"");
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains(&missing.display().to_string()));
+    let leftovers: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("missing"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // A database in a directory that does not exist, even for a write command.
+    let nowhere = dir.path().join("no/such/dir/ws.db");
+    let run = computerd(&nowhere, &["mkdir", "/a"], b"");
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "computerd: {}: no such file or directory\n",
+            nowhere.display()
+        )
+    );
+}
