@@ -34,7 +34,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct MountArgs {
     /// The workspace database (created if it does not exist).
     pub db: PathBuf,
-    /// Where to mount it (an existing directory).
+    /// Where to mount it (a directory, created if missing).
     pub mountpoint: PathBuf,
     /// Refuse every change (EROFS).
     #[arg(long)]
@@ -143,6 +143,10 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     signals.thread_block().context("blocking signals")?;
 
     clear_stale_mount(&args.mountpoint)?;
+    if !args.mountpoint.exists() {
+        std::fs::create_dir_all(&args.mountpoint)
+            .with_context(|| format!("{}: cannot create the mount point", args.mountpoint.display()))?;
+    }
     let meta = std::fs::metadata(&args.mountpoint)
         .with_context(|| format!("{}: cannot use as a mount point", args.mountpoint.display()))?;
     if !meta.is_dir() {
