@@ -85,10 +85,27 @@ fn timestamp(time: SystemTime) -> TimestampNs {
     }
 }
 
+/// A time the kernel sent in a request (setattr). fuser 0.18 decodes `(secs, nsecs)` with
+/// negative `secs` as `UNIX_EPOCH - Duration::new(-secs, nsecs)`, which moves the time
+/// 2 * nsecs further into the past (-86400.000000007 s, sent as (-86401, 999999993),
+/// arrives as -86401.999999993 s). Undo that here: before the epoch, the whole seconds of
+/// the distance are `-secs` and its nanoseconds are `nsecs`.
+fn request_timestamp(time: SystemTime) -> TimestampNs {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(_) => timestamp(time),
+        Err(e) => {
+            let d = e.duration();
+            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            secs.saturating_mul(-1_000_000_000)
+                .saturating_add(i64::from(d.subsec_nanos()))
+        }
+    }
+}
+
 fn set_time(time: TimeOrNow) -> SetTime {
     match time {
         TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(at) => SetTime::At(timestamp(at)),
+        TimeOrNow::SpecificTime(at) => SetTime::At(request_timestamp(at)),
     }
 }
 
@@ -263,7 +280,7 @@ impl Filesystem for WorkspaceFs {
             size,
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
-            ctime: ctime.map(timestamp),
+            ctime: ctime.map(request_timestamp),
         };
         // With FUSE_HANDLE_KILLPRIV_V2 the server clears set-id bits on chown.
         if (uid.is_some() || gid.is_some()) && changes.perm.is_none() {

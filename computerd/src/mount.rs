@@ -144,8 +144,12 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
 
     clear_stale_mount(&args.mountpoint)?;
     if !args.mountpoint.exists() {
-        std::fs::create_dir_all(&args.mountpoint)
-            .with_context(|| format!("{}: cannot create the mount point", args.mountpoint.display()))?;
+        std::fs::create_dir_all(&args.mountpoint).with_context(|| {
+            format!(
+                "{}: cannot create the mount point",
+                args.mountpoint.display()
+            )
+        })?;
     }
     let meta = std::fs::metadata(&args.mountpoint)
         .with_context(|| format!("{}: cannot use as a mount point", args.mountpoint.display()))?;
@@ -227,21 +231,33 @@ fn wait_signal(set: &nix::sys::signal::SigSet, timeout: Duration) -> Option<i32>
 
 /// A daemon killed with SIGKILL leaves its mount point answering ENOTCONN; detach it.
 pub fn clear_stale_mount(mountpoint: &Path) -> anyhow::Result<()> {
+    if !is_stale_mount(mountpoint) {
+        return Ok(());
+    }
+    tracing::warn!(mountpoint = %mountpoint.display(), "clearing a stale mount");
+    let path = CString::new(mountpoint.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
+        let err = std::io::Error::last_os_error();
+        bail!(
+            "{}: clearing the stale mount failed: {err}",
+            mountpoint.display()
+        );
+    }
+    Ok(())
+}
+
+/// Whether `mountpoint` is a FUSE mount whose daemon is gone. `stat` alone cannot tell:
+/// the kernel answers it from the root's cached attributes (valid for the attribute TTL)
+/// without asking anyone, while `statfs` always goes to the daemon.
+fn is_stale_mount(mountpoint: &Path) -> bool {
     match std::fs::metadata(mountpoint) {
-        Err(err) if err.raw_os_error() == Some(libc::ENOTCONN) => {
-            tracing::warn!(mountpoint = %mountpoint.display(), "clearing a stale mount");
-            let path = CString::new(mountpoint.as_os_str().as_bytes())?;
-            // SAFETY: a valid NUL-terminated path.
-            if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
-                let err = std::io::Error::last_os_error();
-                bail!(
-                    "{}: clearing the stale mount failed: {err}",
-                    mountpoint.display()
-                );
-            }
-            Ok(())
-        }
-        _ => Ok(()),
+        Err(err) => err.raw_os_error() == Some(libc::ENOTCONN),
+        Ok(meta) if !meta.is_dir() => false,
+        Ok(_) => matches!(
+            nix::sys::statfs::statfs(mountpoint),
+            Err(nix::errno::Errno::ENOTCONN)
+        ),
     }
 }
 

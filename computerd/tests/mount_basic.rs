@@ -1,0 +1,510 @@
+//! Basic file operations through a real mount, persistence across a remount, and the
+//! daemon's lifecycle.
+
+mod common;
+
+use common::{assert_same_text, sh, Mount};
+
+/// Prints a JSON map of every entry under the current directory to its attributes
+/// (except the access time), content hash, symlink target and extended attributes.
+const DUMP_STATE: &str = r#"
+import hashlib, json, os, stat
+state = {}
+for dirpath, dirnames, filenames in os.walk("."):
+    for name in dirnames + filenames:
+        p = os.path.join(dirpath, name)
+        st = os.lstat(p)
+        entry = {
+            "mode": oct(st.st_mode), "uid": st.st_uid, "gid": st.st_gid,
+            "nlink": st.st_nlink, "size": st.st_size, "ino": st.st_ino,
+            "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+        }
+        if stat.S_ISLNK(st.st_mode):
+            entry["target"] = os.readlink(p)
+        else:
+            entry["xattrs"] = {n: os.getxattr(p, n).hex() for n in sorted(os.listxattr(p))}
+        if stat.S_ISREG(st.st_mode):
+            with open(p, "rb") as f:
+                entry["sha256"] = hashlib.sha256(f.read()).hexdigest()
+        state[p] = entry
+print(json.dumps(state, sort_keys=True, indent=1))
+"#;
+
+/// create/read/append/truncate/rename/unlink/mkdir/rmdir/symlink/readlink/link/chmod/
+/// chown/utime/xattr/mmap, then the same tree after a remount, then `check`.
+#[test]
+fn posix_operations_persist() {
+    let mut m = Mount::new();
+    m.py(r#"
+import errno, os, stat, time
+
+def expect_errno(code, f, *args, **kw):
+    try:
+        f(*args, **kw)
+    except OSError as err:
+        assert err.errno == code, f"{f.__name__}{args}: expected {errno.errorcode[code]}, got {err!r}"
+    else:
+        raise AssertionError(f"{f.__name__}{args}: expected {errno.errorcode[code]}, but it succeeded")
+
+def read(p):
+    with open(p, "rb") as f:
+        return f.read()
+
+def write(p, data):
+    with open(p, "wb") as f:
+        f.write(data)
+
+# create, read, O_EXCL
+write("a.txt", b"hello\n")
+assert read("a.txt") == b"hello\n"
+expect_errno(errno.EEXIST, os.open, "a.txt", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+assert os.stat("a.txt").st_size == 6
+
+# append (also O_APPEND after a seek to 0), pwrite in the middle
+with open("a.txt", "ab") as f:
+    f.write(b"world\n")
+fd = os.open("a.txt", os.O_WRONLY | os.O_APPEND)
+os.lseek(fd, 0, os.SEEK_SET)
+os.write(fd, b"!\n")
+os.close(fd)
+assert read("a.txt") == b"hello\nworld\n!\n", read("a.txt")
+fd = os.open("a.txt", os.O_RDWR)
+os.pwrite(fd, b"J", 0)
+assert os.pread(fd, 5, 0) == b"Jello"
+os.close(fd)
+assert read("a.txt") == b"Jello\nworld\n!\n"
+
+# truncate: shrink, extend with zeros, through a handle, O_TRUNC
+os.truncate("a.txt", 5)
+assert read("a.txt") == b"Jello"
+os.truncate("a.txt", 10)
+assert read("a.txt") == b"Jello" + b"\0" * 5
+with open("a.txt", "r+b") as f:
+    f.truncate(3)
+assert read("a.txt") == b"Jel" and os.stat("a.txt").st_size == 3
+write("t.txt", b"x" * 100000)
+write("t.txt", b"short")
+assert read("t.txt") == b"short"
+
+# a hole, then data past it
+with open("sparse", "wb") as f:
+    f.seek(1 << 20)
+    f.write(b"end")
+data = read("sparse")
+assert len(data) == (1 << 20) + 3 and data[: 1 << 20] == bytes(1 << 20) and data.endswith(b"end")
+
+# mkdir, rmdir and their errors
+os.makedirs("d1/d2/d3")
+write("d1/d2/d3/f", b"deep")
+expect_errno(errno.EEXIST, os.mkdir, "d1")
+expect_errno(errno.ENOTEMPTY, os.rmdir, "d1/d2")
+expect_errno(errno.ENOTDIR, os.listdir, "a.txt")
+expect_errno(errno.ENOTDIR, os.rmdir, "a.txt")
+expect_errno(errno.EISDIR, os.unlink, "d1")
+expect_errno(errno.ENOENT, os.stat, "missing")
+expect_errno(errno.ENOENT, os.open, "missing/x", os.O_CREAT | os.O_WRONLY)
+os.mkdir("empty")
+assert os.stat("d1").st_nlink == 3, os.stat("d1").st_nlink
+os.rmdir("empty")
+assert not os.path.exists("empty")
+
+# rename: plain, over a file, across directories, a directory, over an empty directory
+os.rename("a.txt", "b.txt")
+assert not os.path.exists("a.txt") and read("b.txt") == b"Jel"
+write("c.txt", b"ccc")
+os.rename("c.txt", "b.txt")
+assert read("b.txt") == b"ccc" and not os.path.exists("c.txt")
+os.rename("b.txt", "d1/d2/b.txt")
+assert read("d1/d2/b.txt") == b"ccc"
+os.rename("d1/d2", "moved")
+assert read("moved/d3/f") == b"deep" and os.listdir("d1") == []
+os.mkdir("d1/sub")
+expect_errno(errno.ENOTEMPTY, os.rename, "moved", "d1")
+expect_errno(errno.EINVAL, os.rename, "moved", "moved/d3/inside")
+expect_errno(errno.ENOTDIR, os.rename, "moved", "sparse")
+expect_errno(errno.EISDIR, os.rename, "sparse", "moved")
+os.mkdir("e1")
+os.mkdir("e2")
+os.rename("e1", "e2")
+assert not os.path.exists("e1") and os.path.isdir("e2")
+
+# unlink, and an open file that was unlinked stays readable and writable
+os.rmdir("d1/sub")
+fd = os.open("gone", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b"still here")
+os.unlink("gone")
+assert not os.path.lexists("gone")
+assert os.fstat(fd).st_nlink == 0
+assert os.pread(fd, 100, 0) == b"still here"
+os.pwrite(fd, b"S", 0)
+assert os.pread(fd, 100, 0) == b"Still here"
+os.close(fd)
+assert "gone" not in os.listdir(".")
+
+# symlinks: relative, absolute, dangling, to a directory, a long target
+os.symlink("moved/d3/f", "rel")
+assert os.readlink("rel") == "moved/d3/f" and read("rel") == b"deep"
+assert stat.S_ISLNK(os.lstat("rel").st_mode) and os.lstat("rel").st_size == len("moved/d3/f")
+os.symlink(os.path.abspath("moved/d3/f"), "abs")
+assert read("abs") == b"deep"
+os.symlink("nowhere/at/all", "dangling")
+assert os.path.lexists("dangling") and not os.path.exists("dangling")
+expect_errno(errno.ENOENT, open, "dangling")
+os.symlink("moved", "dirlink")
+assert sorted(os.listdir("dirlink")) == ["b.txt", "d3"], os.listdir("dirlink")
+long_target = "x" * 1000 + "/" + "y" * 2000
+os.symlink(long_target, "longlink")
+assert os.readlink("longlink") == long_target
+expect_errno(errno.EEXIST, os.symlink, "a", "rel")
+
+# hard links
+os.link("moved/d3/f", "hl")
+a, b = os.stat("moved/d3/f"), os.stat("hl")
+assert a.st_ino == b.st_ino and a.st_nlink == 2 == b.st_nlink, (a, b)
+with open("hl", "ab") as f:
+    f.write(b"+more")
+assert read("moved/d3/f") == b"deep+more"
+os.link("hl", "hl2")
+assert os.stat("hl").st_nlink == 3
+os.unlink("moved/d3/f")
+assert os.stat("hl").st_nlink == 2 and read("hl") == b"deep+more" == read("hl2")
+expect_errno(errno.EPERM, os.link, "moved", "dirhardlink")
+expect_errno(errno.EEXIST, os.link, "hl", "hl2")
+
+# chmod, chown
+os.chmod("hl", 0o640)
+assert stat.S_IMODE(os.stat("hl2").st_mode) == 0o640
+os.chmod("moved", 0o1750)
+assert stat.S_IMODE(os.stat("moved").st_mode) == 0o1750
+os.chmod("t.txt", 0o4755)
+assert stat.S_IMODE(os.stat("t.txt").st_mode) == 0o4755
+os.chown("hl", 1234, 5678)
+st = os.stat("hl2")
+assert (st.st_uid, st.st_gid) == (1234, 5678), st
+os.lchown("rel", 4321, 8765)
+assert (os.lstat("rel").st_uid, os.lstat("rel").st_gid) == (4321, 8765)
+assert os.stat("moved/d3").st_uid == 0
+
+# utime: exact nanoseconds, before the epoch, "now"
+os.utime("hl", ns=(1_000_000_123, 2_000_000_456))
+st = os.stat("hl")
+assert (st.st_atime_ns, st.st_mtime_ns) == (1_000_000_123, 2_000_000_456), st
+os.utime("sparse", ns=(-1_500_000_000, -86_400_000_000_007))
+st = os.stat("sparse")
+assert st.st_mtime_ns == -86_400_000_000_007, st.st_mtime_ns
+before = time.time_ns()
+os.utime("t.txt")
+assert os.stat("t.txt").st_mtime_ns >= before - 2_000_000_000
+os.utime("moved", ns=(3_000_000_000, 4_000_000_000))
+assert os.stat("moved").st_mtime_ns == 4_000_000_000
+os.utime("rel", ns=(5_000_000_000, 6_000_000_000), follow_symlinks=False)
+assert os.lstat("rel").st_mtime_ns == 6_000_000_000
+
+# mtime and ctime move on a write
+os.utime("t.txt", ns=(0, 0))
+with open("t.txt", "ab") as f:
+    f.write(b"!")
+st = os.stat("t.txt")
+assert st.st_mtime_ns > 0 and st.st_ctime_ns > 0, st
+
+# extended attributes
+os.setxattr("hl", "user.color", b"blue")
+assert os.getxattr("hl2", "user.color") == b"blue"
+os.setxattr("hl", "user.empty", b"")
+os.setxattr("hl", "user.binary", bytes(range(256)) * 16)
+assert os.getxattr("hl", "user.empty") == b""
+assert os.getxattr("hl", "user.binary") == bytes(range(256)) * 16
+assert sorted(os.listxattr("hl")) == ["user.binary", "user.color", "user.empty"], os.listxattr("hl")
+expect_errno(errno.EEXIST, os.setxattr, "hl", "user.color", b"red", os.XATTR_CREATE)
+expect_errno(errno.ENODATA, os.setxattr, "hl", "user.size", b"xl", os.XATTR_REPLACE)
+os.setxattr("hl", "user.color", b"red", os.XATTR_REPLACE)
+assert os.getxattr("hl", "user.color") == b"red"
+os.removexattr("hl", "user.empty")
+expect_errno(errno.ENODATA, os.getxattr, "hl", "user.empty")
+expect_errno(errno.ENODATA, os.removexattr, "hl", "user.empty")
+os.setxattr("moved", "user.dir", b"yes")
+assert os.getxattr("moved", "user.dir") == b"yes"
+
+# fsync, fdatasync, a directory fsync, statvfs
+fd = os.open("t.txt", os.O_RDWR)
+os.fsync(fd)
+os.fdatasync(fd)
+os.close(fd)
+fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+os.fsync(fd)
+os.close(fd)
+sv = os.statvfs(".")
+assert sv.f_bsize > 0 and sv.f_namemax >= 255, sv
+expect_errno(errno.ENAMETOOLONG, os.open, "n" * 256, os.O_CREAT | os.O_WRONLY)
+
+names = sorted(os.listdir("."))
+expected = sorted(["abs", "d1", "dangling", "dirlink", "e2", "hl", "hl2", "longlink",
+                   "moved", "rel", "sparse", "t.txt"])
+assert names == expected, names
+print("ok")
+"#);
+
+    let before = m.py(DUMP_STATE);
+    m.unmount();
+    m.check_db();
+    m.mount(&[]);
+    let after = m.py(DUMP_STATE);
+    assert_same_text("the tree across a remount", &before, &after);
+    m.unmount();
+    m.check_db();
+}
+
+/// The modification time the mount shows is the one stored: files written, then changed
+/// again right away (an append in a second open, or a store through a shared writable
+/// mapping plus msync) show the same mtime and content after a remount.
+///
+/// Fails today: with the writeback cache the kernel keeps its own mtime for a file, while
+/// the store stamps buffered writes with the daemon's clock when they arrive; when the
+/// kernel sends no SETATTR with its time afterwards (a second change within the same
+/// clock tick), the stored mtime is a few milliseconds later than the one the mount
+/// showed. Run with `--ignored`.
+#[test]
+#[ignore = "known bug: stored mtime differs from the mount's after quick rewrites (writeback cache)"]
+fn mtime_seen_in_mount_survives_remount() {
+    let mut m = Mount::new();
+    m.py(r#"
+import mmap, os
+for i in range(20):
+    with open(f"appended{i}", "wb") as f:
+        f.write(b"." * 100)
+    with open(f"appended{i}", "ab") as f:
+        f.write(b"more")
+    name = f"mapped{i}"
+    with open(name, "wb") as f:
+        f.write(b"." * 8192)
+    with open(name, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), 8192)
+        mm[100:105] = b"MMAP!"
+        mm[8000:8003] = b"end"
+        mm.flush()
+        mm.close()
+    with open(name, "rb") as f:
+        data = f.read()
+    assert data[100:105] == b"MMAP!" and data[8000:8003] == b"end" and len(data) == 8192
+"#);
+    let before = m.py(CONTENT_AND_MTIMES);
+    m.unmount();
+    m.mount(&[]);
+    let after = m.py(CONTENT_AND_MTIMES);
+    m.unmount();
+    m.check_db();
+    assert_same_text(
+        "content and mtime of quickly rewritten files across a remount",
+        &before,
+        &after,
+    );
+}
+
+/// One line per file of the current directory: name, content hash, mtime and ctime.
+const CONTENT_AND_MTIMES: &str = r#"
+import hashlib, os
+for name in sorted(os.listdir(".")):
+    st = os.stat(name)
+    with open(name, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    print(name, digest, "mtime", st.st_mtime_ns, "ctime", st.st_ctime_ns)
+"#;
+
+/// A 64 MiB random file written with dd, copied with cp, patched in the middle, checked
+/// by sha256sum, again after a remount.
+#[test]
+fn big_file_sha256() {
+    let mut m = Mount::new();
+    let src = m.scratch.join("src.bin");
+    let hash = |dir: &std::path::Path, file: &str| -> String {
+        sh(dir, &format!("sha256sum < {file} | cut -d' ' -f1"))
+            .trim()
+            .to_owned()
+    };
+    m.sh(&format!(
+        "dd if=/dev/urandom of={src} bs=1M count=64 status=none
+         dd if={src} of=big.bin bs=1M conv=fsync status=none
+         dd if=/dev/urandom bs=1M count=64 status=none | tee stream.bin | sha256sum | cut -d' ' -f1 > {scratch}/stream.sha",
+        src = src.display(),
+        scratch = m.scratch.display(),
+    ));
+    let expected = hash(&m.scratch, "src.bin");
+    assert_eq!(hash(&m.mnt, "big.bin"), expected, "big.bin after dd");
+    let stream_expected = std::fs::read_to_string(m.scratch.join("stream.sha")).unwrap();
+    assert_eq!(
+        hash(&m.mnt, "stream.bin"),
+        stream_expected.trim(),
+        "stream.bin"
+    );
+    assert_eq!(
+        m.sh("stat -c %s big.bin").trim(),
+        (64u64 << 20).to_string(),
+        "size"
+    );
+
+    // Read back with an odd block size, copy (copy_file_range), patch the middle.
+    let odd = m.sh("dd if=big.bin bs=12345 status=none | sha256sum | cut -d' ' -f1");
+    assert_eq!(odd.trim(), expected, "big.bin read with bs=12345");
+    m.sh("cp big.bin copy.bin");
+    assert_eq!(hash(&m.mnt, "copy.bin"), expected, "cp copy");
+    let patch = "dd if=/dev/zero of=PATH bs=4096 seek=3000 count=3 conv=notrunc status=none
+         printf 'tail' | dd of=PATH bs=1 seek=$((64*1024*1024 - 2)) conv=notrunc status=none";
+    m.sh(&patch.replace("PATH", "copy.bin"));
+    sh(&m.scratch, &patch.replace("PATH", "src.bin"));
+    let patched = hash(&m.scratch, "src.bin");
+    assert_ne!(patched, expected);
+    assert_eq!(hash(&m.mnt, "copy.bin"), patched, "patched copy");
+    assert_eq!(
+        hash(&m.mnt, "big.bin"),
+        expected,
+        "big.bin after patching its copy"
+    );
+
+    m.unmount();
+    m.mount(&[]);
+    assert_eq!(hash(&m.mnt, "big.bin"), expected, "big.bin after remount");
+    assert_eq!(hash(&m.mnt, "copy.bin"), patched, "copy.bin after remount");
+    assert_eq!(
+        hash(&m.mnt, "stream.bin"),
+        stream_expected.trim(),
+        "stream.bin after remount"
+    );
+    m.unmount();
+    m.check_db();
+}
+
+/// A directory of 5000 entries is counted right, and listing it while deleting some of
+/// its entries neither loses nor repeats an entry that stayed.
+#[test]
+fn readdir_5000_entries_while_deleting() {
+    let mut m = Mount::new();
+    m.py(r#"
+import os
+os.mkdir("many")
+for i in range(5000):
+    with open(f"many/f{i:05d}", "wb") as f:
+        f.write(str(i).encode())
+print("created")
+"#);
+    assert_eq!(m.sh("ls many | wc -l").trim(), "5000");
+    assert_eq!(m.sh("ls -l many | grep -c '^-'").trim(), "5000");
+    assert_eq!(m.sh("find many -type f | wc -l").trim(), "5000");
+
+    m.py(r#"
+import collections, os, random
+names = [f"f{i:05d}" for i in range(5000)]
+assert sorted(os.listdir("many")) == names
+
+# Delete every third name, in random order, one after each entry read, so deletions hit
+# entries already listed, the one just read and ones not reached yet.
+doomed = [n for i, n in enumerate(names) if i % 3 == 0]
+random.Random(7).shuffle(doomed)
+pending = list(doomed)
+seen = []
+with os.scandir("many") as it:
+    for entry in it:
+        seen.append(entry.name)
+        if pending:
+            os.unlink(os.path.join("many", pending.pop()))
+for n in pending:
+    os.unlink(os.path.join("many", n))
+
+counts = collections.Counter(seen)
+dups = sorted(n for n, c in counts.items() if c > 1)
+assert not dups, f"listed more than once: {dups[:20]} ({len(dups)} in all)"
+unknown = sorted(set(seen) - set(names))
+assert not unknown, f"names that never existed: {unknown[:20]}"
+doomed_set = set(doomed)
+missing = sorted(n for n in names if n not in doomed_set and n not in counts)
+assert not missing, f"entries present throughout but not listed: {missing[:20]} ({len(missing)} in all)"
+left = sorted(os.listdir("many"))
+assert left == [n for n in names if n not in doomed_set], len(left)
+print(len(seen), "listed,", len(left), "left")
+"#);
+    assert_eq!(m.sh("ls many | wc -l").trim(), (5000 - 1667).to_string());
+    m.unmount();
+    m.mount(&[]);
+    assert_eq!(m.sh("ls many | wc -l").trim(), (5000 - 1667).to_string());
+    assert_eq!(m.sh("cat many/f04999").trim(), "4999");
+    m.unmount();
+    m.check_db();
+}
+
+/// SIGTERM and SIGINT unmount and stop the daemon with status 0; the data stays.
+#[test]
+fn signals_unmount_cleanly() {
+    let mut m = Mount::new();
+    m.sh("echo one > one.txt");
+    m.stop_with_signal(libc::SIGTERM);
+    m.mount(&[]);
+    m.sh("test \"$(cat one.txt)\" = one && echo two > two.txt");
+    m.stop_with_signal(libc::SIGINT);
+    m.mount(&[]);
+    assert_eq!(m.sh("cat one.txt two.txt"), "one\ntwo\n");
+    m.unmount();
+    m.check_db();
+}
+
+/// Runs `script` as uid/gid 65534 (nobody) in `dir`.
+fn as_nobody(dir: &std::path::Path, script: &str) -> std::process::Output {
+    common::try_sh(
+        dir,
+        &format!(
+            "setpriv --reuid=65534 --regid=65534 --clear-groups bash -c {}",
+            shell_quote(script)
+        ),
+    )
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// Without --allow-other only the mounting user gets in; with it, other users do, and
+/// the kernel checks their permissions against the stored modes and owners.
+#[test]
+fn allow_other_and_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = Mount::new();
+    std::fs::set_permissions(&m.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    m.sh("chmod 755 . && echo hi > pub.txt && chmod 644 pub.txt");
+    let out = as_nobody(&m.mnt, "cat pub.txt");
+    assert!(
+        !out.status.success(),
+        "another user read a mount without --allow-other"
+    );
+    drop(m);
+
+    let m = Mount::with_args(&["--allow-other"]);
+    std::fs::set_permissions(&m.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    m.sh(
+        "chmod 755 . && echo hi > pub.txt && chmod 644 pub.txt && echo secret > priv.txt && \
+         chmod 600 priv.txt && mkdir mine && chown 65534:65534 mine",
+    );
+    let ok = |script: &str| {
+        let out = as_nobody(&m.mnt, script);
+        if !out.status.success() {
+            panic!("{}", common::describe_failure(script, Some(&m.mnt), &out));
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let refused = |script: &str, message: &str| {
+        let out = as_nobody(&m.mnt, script);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains(message),
+            "{}",
+            common::describe_failure(&format!("{script} (should be denied)"), Some(&m.mnt), &out)
+        );
+    };
+    assert_eq!(ok("cat pub.txt"), "hi\n");
+    refused("cat priv.txt", "Permission denied");
+    refused("echo x >> pub.txt", "Permission denied");
+    refused("touch new.txt", "Permission denied");
+    refused("rm pub.txt", "Permission denied");
+    ok("echo mine > mine/file && mkdir mine/sub && mv mine/file mine/sub/file");
+    assert_eq!(ok("cat mine/sub/file"), "mine\n");
+    assert_eq!(m.sh("stat -c %u:%g mine/sub/file"), "65534:65534\n");
+    refused("chmod 777 pub.txt", "Operation not permitted");
+    refused("chown 65534 pub.txt", "Operation not permitted");
+    ok("chmod 700 mine/sub && test \"$(stat -c %a mine/sub)\" = 700");
+}
