@@ -732,7 +732,7 @@ impl Drop for FileWriter {
 }
 
 fn to_io(err: Error, path: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::Other, err.at(path))
+    io::Error::other(err.at(path))
 }
 
 #[cfg(test)]

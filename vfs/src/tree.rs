@@ -3,7 +3,7 @@
 
 use crate::content;
 use crate::error::{kind, Error, Result};
-use crate::fs::resolve_in;
+use crate::fs::{resolve_in, Resolved};
 use crate::store;
 use crate::types::*;
 use crate::workspace::{lock, Workspace};
@@ -77,22 +77,33 @@ impl Workspace {
             for (i, part) in parts.iter().enumerate() {
                 prefix.push(b'/');
                 prefix.extend_from_slice(part);
-                let resolved = resolve_in(txn, &prefix, true)?;
-                match resolved.ino {
-                    Some(ino) => {
-                        let attr = store::attr(txn, ino)?;
-                        if !attr.is_dir() {
-                            return Err(if i + 1 == parts.len() {
-                                kind::Exists()
-                            } else {
-                                kind::NotDir()
-                            });
+                // Not following a final symlink: a missing prefix is created where its
+                // own name is, never at the place a dangling symlink points to.
+                let resolved = resolve_in(txn, &prefix, false)?;
+                let Some(mut ino) = resolved.ino else {
+                    created_from = Some((resolved.parent, i));
+                    break;
+                };
+                if store::attr(txn, ino)?.kind == FileKind::Symlink {
+                    // A symlink to a directory is fine; one that leads nowhere is a
+                    // name already taken, as mkdir(2) sees it.
+                    ino = match resolve_in(txn, &prefix, true) {
+                        Ok(Resolved {
+                            ino: Some(target), ..
+                        }) => target,
+                        Ok(_) | Err(Error::NotFound(_) | Error::NotDir(_) | Error::Loop(_)) => {
+                            return Err(kind::Exists())
                         }
-                    }
-                    None => {
-                        created_from = Some((resolved.parent, i));
-                        break;
-                    }
+                        Err(err) => return Err(err),
+                    };
+                }
+                let attr = store::attr(txn, ino)?;
+                if !attr.is_dir() {
+                    return Err(if i + 1 == parts.len() {
+                        kind::Exists()
+                    } else {
+                        kind::NotDir()
+                    });
                 }
             }
             let Some((mut parent, first)) = created_from else {

@@ -197,19 +197,33 @@ impl Dirty {
         self.runs.range(offset + 1..).next().map(|(&s, _)| s)
     }
 
-    /// Drops everything at or past `size`.
-    fn truncate(&mut self, size: u64) {
+    /// Removes everything at or past `size` and returns it, so that a failed truncation
+    /// can put it back ([`Dirty::rejoin`]).
+    fn split_off(&mut self, size: u64) -> Dirty {
+        let mut tail = Dirty::default();
+        if let Some((&s, run)) = self.runs.range_mut(..size).next_back() {
+            let keep = (size - s) as usize;
+            if run.len() > keep {
+                let cut = run.split_off(keep);
+                self.bytes -= cut.len();
+                tail.bytes += cut.len();
+                tail.runs.insert(size, cut);
+            }
+        }
         let doomed: Vec<u64> = self.runs.range(size..).map(|(&s, _)| s).collect();
         for s in doomed {
             let run = self.runs.remove(&s).expect("run exists");
             self.bytes -= run.len();
+            tail.bytes += run.len();
+            tail.runs.insert(s, run);
         }
-        if let Some((&s, run)) = self.runs.range_mut(..size).next_back() {
-            let keep = (size - s) as usize;
-            if run.len() > keep {
-                self.bytes -= run.len() - keep;
-                run.truncate(keep);
-            }
+        tail
+    }
+
+    /// Puts back what [`Dirty::split_off`] removed.
+    fn rejoin(&mut self, tail: Dirty) {
+        for (s, run) in tail.runs {
+            self.insert(s, &run);
         }
     }
 
@@ -732,6 +746,11 @@ impl Workspace {
             let src = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
             let src_attr = store::attr(txn, src)?;
             let dst = store::lookup(txn, new_parent, new_name)?;
+            // renameat2(2) checks this first: even a target naming the same node (a hard
+            // link, or the entry itself) exists, and NOREPLACE must not report success.
+            if flags.no_replace && dst.is_some() {
+                return Err(kind::Exists());
+            }
             if flags.exchange {
                 let dst = dst.ok_or_else(kind::NotFound)?;
                 return self.exchange(txn, (parent, name, src), (new_parent, new_name, dst), now);
@@ -745,9 +764,6 @@ impl Workspace {
             }
             let mut replaced_dir = false;
             if let Some(dst) = dst {
-                if flags.no_replace {
-                    return Err(kind::Exists());
-                }
                 let dst_attr = store::attr(txn, dst)?;
                 match (src_attr.is_dir(), dst_attr.is_dir()) {
                     (true, false) => return Err(kind::NotDir()),
@@ -872,13 +888,20 @@ impl Workspace {
     fn set_size(&self, open: &OpenInode, size: u64, now: TimestampNs) -> Result<()> {
         let mut state = lock(&open.state);
         self.load_state(open.ino, &mut state)?;
-        let old_written = state.written_at;
-        state.dirty.truncate(size);
+        let (old_size, old_written) = (state.size, state.written_at);
+        let cut = state.dirty.split_off(size);
         state.size = size;
         state.written_at = Some(now);
         let result = self.commit_locked(open.ino, &mut state, true);
-        if result.is_err() {
-            state.written_at = old_written;
+        match result {
+            // The buffered bytes cut off are gone: count them out of the total too.
+            Ok(()) => self.dirty_released(cut.bytes),
+            // Nothing changed (ENOSPC, I/O error): the buffer and size stay as they were.
+            Err(_) => {
+                state.dirty.rejoin(cut);
+                state.size = old_size;
+                state.written_at = old_written;
+            }
         }
         result
     }
@@ -910,8 +933,6 @@ impl Workspace {
                     table.remove(&open.ino);
                 }
             }
-            let state = lock(&open.state);
-            debug_assert!(state.dirty.is_empty() || !state.loaded || true);
             return true;
         }
         false
@@ -940,27 +961,7 @@ impl Workspace {
         state: &mut OpenState,
         size_changed: bool,
     ) -> Result<()> {
-        if state.dirty.is_empty() && !size_changed {
-            return Ok(());
-        }
-        let patch = state.dirty.patch();
-        let new_size = state.size;
-        let written_at = state.written_at;
-        let ctx = self.ctx();
-        self.inner.db.write(|txn| {
-            let mut attr = store::attr(txn, ino)?;
-            content::apply(txn, &ctx, ino, attr.size, new_size, &patch)?;
-            attr.size = new_size;
-            if let Some(at) = written_at {
-                attr.mtime = at;
-                attr.ctime = attr.ctime.max(at);
-            }
-            store::store_attr(txn, &attr)
-        })?;
-        let freed = state.dirty.clear();
-        self.inner.dirty_total.fetch_sub(freed, Ordering::SeqCst);
-        state.written_at = None;
-        Ok(())
+        self.inner.commit_locked(ino, state, size_changed)
     }
 
     /// Opens a regular file.
@@ -1451,6 +1452,37 @@ impl Workspace {
     }
 }
 
+impl Inner {
+    /// See [`Workspace::commit_locked`]; here so that dropping the workspace can commit.
+    fn commit_locked(&self, ino: InodeNo, state: &mut OpenState, size_changed: bool) -> Result<()> {
+        if state.dirty.is_empty() && !size_changed {
+            return Ok(());
+        }
+        let patch = state.dirty.patch();
+        let new_size = state.size;
+        let written_at = state.written_at;
+        let ctx = ContentCtx {
+            cache: &self.cache,
+            chunker: &self.chunker,
+            zstd_level: self.options.zstd_level,
+        };
+        self.db.write(|txn| {
+            let mut attr = store::attr(txn, ino)?;
+            content::apply(txn, &ctx, ino, attr.size, new_size, &patch)?;
+            attr.size = new_size;
+            if let Some(at) = written_at {
+                attr.mtime = at;
+                attr.ctime = attr.ctime.max(at);
+            }
+            store::store_attr(txn, &attr)
+        })?;
+        let freed = state.dirty.clear();
+        self.dirty_total.fetch_sub(freed, Ordering::SeqCst);
+        state.written_at = None;
+        Ok(())
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // Handles still open when the workspace goes away: commit what they buffered.
@@ -1462,5 +1494,83 @@ impl Drop for Inner {
         if !open.is_empty() {
             tracing::debug!("{} inodes still open at close", open.len());
         }
+        for inode in open {
+            let mut state = lock(&inode.state);
+            if !state.loaded {
+                continue;
+            }
+            if let Err(err) = self.commit_locked(inode.ino, &mut state, false) {
+                tracing::warn!("lost buffered writes of {} at close: {err}", inode.ino);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirty_total(ws: &Workspace) -> usize {
+        ws.inner.dirty_total.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn truncating_buffered_writes_releases_their_bytes() {
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let (attr, fh) = ws
+            .create(
+                InodeNo::ROOT,
+                b"f",
+                NewNode::new(0o644),
+                OpenFlags::READ_WRITE,
+            )
+            .unwrap();
+        ws.write(fh, 0, &[7u8; 8000]).unwrap();
+        assert_eq!(dirty_total(&ws), 8000);
+        let shrink = SetAttr {
+            size: Some(100),
+            ..Default::default()
+        };
+        ws.setattr(attr.ino, &shrink).unwrap();
+        ws.release(fh).unwrap();
+        // Nothing is buffered any more; a leak here would make every later write commit
+        // at once once the leaks pass `dirty_total_bytes_max`.
+        assert_eq!(dirty_total(&ws), 0);
+    }
+
+    #[test]
+    fn failed_truncate_changes_nothing() {
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let fs = ws.fs();
+        let data: Vec<u8> = (0..100_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+            .collect();
+        fs.write_file("/a", &data).unwrap();
+        // A copy shares the blocks, so cutting one in /a needs a new block, past the quota.
+        fs.copy("/a", "/b", false).unwrap();
+        let stored = ws.stats().unwrap().stored_bytes;
+        ws.set_quota(Quota {
+            bytes_max: Some(stored),
+            inodes_max: None,
+        })
+        .unwrap();
+        let ino = fs.stat("/a").unwrap().ino;
+        let fh = ws.open_file(ino, OpenFlags::READ_WRITE).unwrap();
+        ws.write(fh, 90_000, b"buffered").unwrap();
+        let shrink = SetAttr {
+            size: Some(50_001),
+            ..Default::default()
+        };
+        let err = ws.setattr(ino, &shrink).unwrap_err();
+        assert_eq!(err.errno(), libc::ENOSPC);
+        // The handle still sees the file as it was, buffered write included.
+        assert_eq!(ws.getattr(ino).unwrap().size, 100_000);
+        let mut expected = data.clone();
+        expected[90_000..90_008].copy_from_slice(b"buffered");
+        assert_eq!(ws.read(fh, 0, 200_000).unwrap(), expected);
+        ws.set_quota(Quota::UNLIMITED).unwrap();
+        ws.release(fh).unwrap();
+        assert_eq!(fs.read_file("/a").unwrap(), expected);
+        assert_eq!(dirty_total(&ws), 0);
     }
 }

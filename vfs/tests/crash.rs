@@ -1,0 +1,628 @@
+//! Crash test: a child process mutates a workspace and is killed with SIGKILL at a random
+//! point; the database must open again, pass `check()`, and hold every mutation the child
+//! acknowledged.
+//!
+//! The test binary runs itself as the child (`crash_child`, selected by an environment
+//! variable). The child performs a seeded sequence of mutations through the path API and
+//! prints `ACK <n> <mutation>` after each call returns. The parent derives the same
+//! sequence from the same seed, reads the acknowledgements, kills the child (after some
+//! acknowledgement plus a delay, in the middle of a big write, or at a random time after
+//! start), reopens the database and compares it with the acknowledged prefix replayed on
+//! a model. The mutation in flight may or may not be there: either state is accepted.
+//!
+//! Replay: `VFS_CRASH_SEED=<seed> cargo test -p computer-vfs --test crash`. Timing makes
+//! the kill point differ between runs, but the sequence of mutations is the same.
+//! `VFS_CRASH_ROUNDS=<n>` runs more rounds.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use computer_vfs::{Fs, MkdirOptions, Options, RmOptions, Workspace};
+
+const CHILD_DB_ENV: &str = "VFS_CRASH_CHILD_DB";
+const CHILD_SEED_ENV: &str = "VFS_CRASH_CHILD_SEED";
+const SEED_ENV: &str = "VFS_CRASH_SEED";
+const ROUNDS_ENV: &str = "VFS_CRASH_ROUNDS";
+
+/// Mutations in one child's sequence; it is normally killed long before the end.
+const STEPS: usize = 400;
+/// Rounds by default; `VFS_CRASH_ROUNDS` sets another number.
+const ROUNDS: u64 = 12;
+
+// =====================================================================================
+// A seeded sequence of mutations
+// =====================================================================================
+
+/// splitmix64: small, seedable, the same in parent and child.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Mutation {
+    Write {
+        path: String,
+        len: u64,
+        seed: u64,
+    },
+    Append {
+        path: String,
+        len: u64,
+        seed: u64,
+    },
+    WriteAt {
+        path: String,
+        offset: u64,
+        len: u64,
+        seed: u64,
+    },
+    Truncate {
+        path: String,
+        len: u64,
+    },
+    Mkdir {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Remove {
+        path: String,
+    },
+}
+
+impl Mutation {
+    fn is_big_write(&self) -> bool {
+        matches!(self, Mutation::Write { len, .. } if *len >= 1 << 20)
+    }
+}
+
+/// Content: compressible text for even seeds, random bytes for odd ones.
+fn content(len: u64, seed: u64) -> Vec<u8> {
+    let len = len as usize;
+    if seed % 2 == 0 {
+        let mut out = Vec::with_capacity(len + 64);
+        let mut line = 0u64;
+        while out.len() < len {
+            out.extend_from_slice(format!("{seed:x} line {line} of some text\n").as_bytes());
+            line += 1;
+        }
+        out.truncate(len);
+        return out;
+    }
+    let mut rng = Rng(seed);
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        out.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The workspace as paths: `None` is a directory, `Some(bytes)` a file.
+type Tree = BTreeMap<String, Option<Vec<u8>>>;
+
+/// The same with file sizes only: enough to generate valid mutations cheaply.
+type Shape = BTreeMap<String, Option<u64>>;
+
+fn new_tree() -> Tree {
+    BTreeMap::from([("/".to_string(), None)])
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir == "/" {
+        format!("/{name}")
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn is_under(path: &str, dir: &str) -> bool {
+    path == dir || path.starts_with(&format!("{dir}/"))
+}
+
+fn apply_model(tree: &mut Tree, m: &Mutation) {
+    match m {
+        Mutation::Write { path, len, seed } => {
+            tree.insert(path.clone(), Some(content(*len, *seed)));
+        }
+        Mutation::Append { path, len, seed } => {
+            let data = tree.get_mut(path).unwrap().as_mut().unwrap();
+            data.extend_from_slice(&content(*len, *seed));
+        }
+        Mutation::WriteAt {
+            path,
+            offset,
+            len,
+            seed,
+        } => {
+            let data = tree.get_mut(path).unwrap().as_mut().unwrap();
+            let (offset, end) = (*offset as usize, (*offset + *len) as usize);
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+            data[offset..end].copy_from_slice(&content(*len, *seed));
+        }
+        Mutation::Truncate { path, len } => {
+            let data = tree.get_mut(path).unwrap().as_mut().unwrap();
+            data.resize(*len as usize, 0);
+        }
+        Mutation::Mkdir { path } => {
+            tree.insert(path.clone(), None);
+        }
+        Mutation::Rename { from, to } => {
+            let moved: Vec<String> = tree.keys().filter(|p| is_under(p, from)).cloned().collect();
+            for path in moved {
+                let value = tree.remove(&path).unwrap();
+                tree.insert(format!("{to}{}", &path[from.len()..]), value);
+            }
+        }
+        Mutation::Remove { path } => tree.retain(|p, _| !is_under(p, path)),
+    }
+}
+
+fn apply_shape(shape: &mut Shape, m: &Mutation) {
+    let size = |shape: &mut Shape, path: &str| -> u64 { shape[path].unwrap() };
+    match m {
+        Mutation::Write { path, len, .. } => {
+            shape.insert(path.clone(), Some(*len));
+        }
+        Mutation::Append { path, len, .. } => {
+            let old = size(shape, path);
+            shape.insert(path.clone(), Some(old + len));
+        }
+        Mutation::WriteAt {
+            path, offset, len, ..
+        } => {
+            let old = size(shape, path);
+            shape.insert(path.clone(), Some(old.max(offset + len)));
+        }
+        Mutation::Truncate { path, len } => {
+            shape.insert(path.clone(), Some(*len));
+        }
+        Mutation::Mkdir { path } => {
+            shape.insert(path.clone(), None);
+        }
+        Mutation::Rename { from, to } => {
+            let moved: Vec<String> = shape
+                .keys()
+                .filter(|p| is_under(p, from))
+                .cloned()
+                .collect();
+            for path in moved {
+                let value = shape.remove(&path).unwrap();
+                shape.insert(format!("{to}{}", &path[from.len()..]), value);
+            }
+        }
+        Mutation::Remove { path } => shape.retain(|p, _| !is_under(p, path)),
+    }
+}
+
+fn apply_real(fs: &Fs, m: &Mutation) -> computer_vfs::Result<()> {
+    match m {
+        Mutation::Write { path, len, seed } => fs.write_file(path, content(*len, *seed)),
+        Mutation::Append { path, len, seed } => fs.append(path, content(*len, *seed)),
+        Mutation::WriteAt {
+            path,
+            offset,
+            len,
+            seed,
+        } => fs.write_at(path, *offset, content(*len, *seed)),
+        Mutation::Truncate { path, len } => fs.truncate(path, *len),
+        Mutation::Mkdir { path } => fs.mkdir(
+            path,
+            MkdirOptions {
+                recursive: true,
+                mode: 0o755,
+            },
+        ),
+        Mutation::Rename { from, to } => fs.rename(from, to),
+        Mutation::Remove { path } => fs.rm(
+            path,
+            RmOptions {
+                recursive: true,
+                force: false,
+            },
+        ),
+    }
+}
+
+/// Sizes: mostly small, some medium, a few of several MiB.
+fn size(rng: &mut Rng) -> u64 {
+    match rng.below(20) {
+        0..=11 => rng.below(8 << 10),
+        12..=17 => rng.below(512 << 10),
+        _ => (1 << 20) + rng.below(3 << 20),
+    }
+}
+
+/// The next mutation: always valid for `tree`.
+fn next_mutation(rng: &mut Rng, tree: &Shape) -> Mutation {
+    let dirs: Vec<&String> = tree
+        .iter()
+        .filter(|(p, v)| v.is_none() && p.matches('/').count() < 4)
+        .map(|(p, _)| p)
+        .collect();
+    let files: Vec<(&String, u64)> = tree
+        .iter()
+        .filter_map(|(p, v)| v.map(|len| (p, len)))
+        .collect();
+    let total: u64 = files.iter().map(|f| f.1).sum();
+    let fresh = |rng: &mut Rng, prefix: &str| -> Option<String> {
+        let dir = rng.pick(&dirs);
+        let path = join(dir, &format!("{prefix}{}", rng.below(12)));
+        (!tree.contains_key(&path)).then_some(path)
+    };
+    loop {
+        let choice = if total > (40 << 20) {
+            // Keep memory and time bounded: shrink.
+            *rng.pick(&[4, 6, 6])
+        } else {
+            rng.below(10)
+        };
+        let seed = rng.next();
+        match choice {
+            0 | 1 => {
+                let path = if !files.is_empty() && rng.below(2) == 0 {
+                    Some(rng.pick(&files).0.clone())
+                } else {
+                    fresh(rng, "f")
+                };
+                if let Some(path) = path {
+                    let len = size(rng);
+                    return Mutation::Write { path, len, seed };
+                }
+            }
+            2 if !files.is_empty() => {
+                let path = rng.pick(&files).0.clone();
+                let len = rng.below(64 << 10);
+                return Mutation::Append { path, len, seed };
+            }
+            3 if !files.is_empty() => {
+                let &(path, old) = rng.pick(&files);
+                let offset = rng.below(old + (256 << 10));
+                let len = 1 + rng.below(128 << 10);
+                let path = path.clone();
+                return Mutation::WriteAt {
+                    path,
+                    offset,
+                    len,
+                    seed,
+                };
+            }
+            4 if !files.is_empty() => {
+                let &(path, old) = rng.pick(&files);
+                let len = rng.below(old + old / 2 + 4096);
+                return Mutation::Truncate {
+                    path: path.clone(),
+                    len,
+                };
+            }
+            5 => {
+                if let Some(path) = fresh(rng, "d") {
+                    return Mutation::Mkdir { path };
+                }
+            }
+            6 => {
+                let victims: Vec<&String> = tree.keys().filter(|p| *p != "/").collect();
+                if !victims.is_empty() {
+                    let path = rng.pick(&victims).to_string();
+                    return Mutation::Remove { path };
+                }
+            }
+            7 | 8 => {
+                let sources: Vec<&String> = tree.keys().filter(|p| *p != "/").collect();
+                if sources.is_empty() {
+                    continue;
+                }
+                let from = rng.pick(&sources).to_string();
+                let is_file = tree[&from].is_some();
+                // Over an existing file (files only), or to a fresh name.
+                let to = if is_file && files.len() > 1 && rng.below(3) == 0 {
+                    Some(rng.pick(&files).0.clone())
+                } else {
+                    fresh(rng, if is_file { "f" } else { "d" })
+                };
+                match to {
+                    Some(to) if to != from && !is_under(&to, &from) => {
+                        return Mutation::Rename { from, to }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn plan(seed: u64) -> Vec<Mutation> {
+    let mut rng = Rng(seed);
+    let mut shape = Shape::from([("/".to_string(), None)]);
+    (0..STEPS)
+        .map(|_| {
+            let m = next_mutation(&mut rng, &shape);
+            apply_shape(&mut shape, &m);
+            m
+        })
+        .collect()
+}
+
+// =====================================================================================
+// The child
+// =====================================================================================
+
+/// The child's side: does nothing unless the parent started this process for it.
+#[test]
+fn crash_child() {
+    let Ok(db) = std::env::var(CHILD_DB_ENV) else {
+        return;
+    };
+    let seed: u64 = std::env::var(CHILD_SEED_ENV).unwrap().parse().unwrap();
+    let ws = Workspace::open(&db, Options::default()).unwrap();
+    let fs = ws.fs();
+    let mut out = std::io::stdout();
+    writeln!(out, "READY").unwrap();
+    out.flush().unwrap();
+    for (n, m) in plan(seed).iter().enumerate() {
+        if let Err(err) = apply_real(&fs, m) {
+            panic!("mutation {n} {m:?} failed: {err}");
+        }
+        writeln!(out, "ACK {n} {m:?}").unwrap();
+        out.flush().unwrap();
+    }
+    writeln!(out, "DONE").unwrap();
+    out.flush().unwrap();
+}
+
+// =====================================================================================
+// The parent
+// =====================================================================================
+
+/// When to kill the child.
+#[derive(Debug)]
+enum KillAt {
+    /// After this many acknowledgements, plus a delay.
+    Acks(usize, Duration),
+    /// A delay after starting the child, whatever it is doing (even creating the database).
+    Time(Duration),
+}
+
+fn kill_point(rng: &mut Rng, round: u64, plan: &[Mutation]) -> KillAt {
+    match round % 4 {
+        0 => KillAt::Acks(1 + rng.below(60) as usize, Duration::ZERO),
+        1 => KillAt::Acks(
+            1 + rng.below(60) as usize,
+            Duration::from_micros(rng.below(3000)),
+        ),
+        2 => {
+            // Just after a big write started.
+            let bigs: Vec<usize> = (1..60).filter(|&i| plan[i].is_big_write()).collect();
+            let at = if bigs.is_empty() {
+                1 + rng.below(60) as usize
+            } else {
+                *rng.pick(&bigs)
+            };
+            KillAt::Acks(at, Duration::from_micros(rng.below(40_000)))
+        }
+        _ => KillAt::Time(Duration::from_micros(rng.below(300_000))),
+    }
+}
+
+fn snapshot(fs: &Fs) -> Tree {
+    let mut tree = Tree::new();
+    let mut stack = vec!["/".to_string()];
+    while let Some(path) = stack.pop() {
+        let attr = fs.lstat(&path).unwrap();
+        if attr.is_dir() {
+            for entry in fs.readdir(&path).unwrap() {
+                stack.push(join(&path, &entry.name_lossy()));
+            }
+            tree.insert(path, None);
+        } else {
+            let data = fs.read_file(&path).unwrap();
+            tree.insert(path, Some(data));
+        }
+    }
+    tree
+}
+
+fn describe(tree: &Tree) -> String {
+    tree.iter()
+        .map(|(p, v)| match v {
+            None => format!("  {p}/\n"),
+            Some(d) => format!("  {p} ({} bytes)\n", d.len()),
+        })
+        .collect()
+}
+
+fn first_difference(expected: &Tree, actual: &Tree) -> String {
+    for (path, value) in expected {
+        match actual.get(path) {
+            None => return format!("{path} is missing"),
+            Some(v) if v != value => {
+                let (e, a) = (value.as_deref(), v.as_deref());
+                return match (e, a) {
+                    (Some(e), Some(a)) => format!(
+                        "{path}: {} bytes expected, {} found, first difference at byte {:?}",
+                        e.len(),
+                        a.len(),
+                        e.iter().zip(a).position(|(x, y)| x != y)
+                    ),
+                    _ => format!("{path}: wrong kind"),
+                };
+            }
+            _ => {}
+        }
+    }
+    match actual.keys().find(|p| !expected.contains_key(*p)) {
+        Some(path) => format!("{path} should not exist"),
+        None => "no difference".into(),
+    }
+}
+
+/// One round: run a child, kill it, verify what it left. Returns a description of what
+/// happened.
+fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
+    let db = dir.join(format!("round{round}.db"));
+    let plan = plan(seed);
+    let mut rng = Rng(seed ^ 0x5EED);
+    let kill_at = kill_point(&mut rng, round, &plan);
+
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_DB_ENV, &db)
+        .env(CHILD_SEED_ENV, seed.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning the child: {e}"))?;
+    let pid = child.id() as libc::pid_t;
+    let started = Instant::now();
+    let timer = match kill_at {
+        KillAt::Time(delay) => Some(std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            // SAFETY: plain kill(2); the child is not reaped before this thread is joined.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        })),
+        KillAt::Acks(..) => None,
+    };
+
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut acked = 0usize;
+    let mut done = false;
+    let mut killed = false;
+    for line in stdout.lines() {
+        let Ok(line) = line else { break };
+        if line.contains("DONE") {
+            done = true;
+        }
+        let Some(at) = line.find("ACK ") else {
+            continue;
+        };
+        let n: usize = line[at + 4..]
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| format!("bad line from the child: {line:?}"))?;
+        if n != acked {
+            return Err(format!(
+                "acknowledgement {n} out of order, expected {acked}"
+            ));
+        }
+        acked += 1;
+        if let KillAt::Acks(count, delay) = kill_at {
+            if acked == count && !killed {
+                std::thread::sleep(delay);
+                child
+                    .kill()
+                    .map_err(|e| format!("killing the child: {e}"))?;
+                killed = true;
+                // Keep reading: lines already written were acknowledged.
+            }
+        }
+    }
+    if let Some(timer) = timer {
+        timer.join().unwrap();
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).ok();
+    let signalled = std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL);
+    let finished = done && status.success();
+    if !(signalled || finished) {
+        return Err(format!("the child failed on its own ({status}):\n{stderr}"));
+    }
+
+    // The database must open, check clean, and hold every acknowledged mutation.
+    let ws = Workspace::open(&db, Options::default())
+        .map_err(|e| format!("reopening after the crash: {e}"))?;
+    let report = ws.check().map_err(|e| format!("check: {e}"))?;
+    if !report.is_ok() {
+        return Err(format!("check after the crash: {:#?}", report.problems));
+    }
+    let actual = snapshot(&ws.fs());
+    let mut expected = new_tree();
+    for m in &plan[..acked] {
+        apply_model(&mut expected, m);
+    }
+    let mut outcome = "without the mutation in flight";
+    if actual != expected {
+        let before = first_difference(&expected, &actual);
+        let in_flight = plan.get(acked).filter(|_| !done);
+        let Some(in_flight) = in_flight else {
+            return Err(format!(
+                "after {acked} acknowledged mutations: {before}\nexpected:\n{}found:\n{}",
+                describe(&expected),
+                describe(&actual)
+            ));
+        };
+        apply_model(&mut expected, in_flight);
+        if actual != expected {
+            return Err(format!(
+                "after {acked} acknowledged mutations (in flight: {in_flight:?}):\n\
+                 without it: {before}\nwith it: {}\nfound:\n{}",
+                first_difference(&expected, &actual),
+                describe(&actual)
+            ));
+        }
+        outcome = "with the mutation in flight";
+    }
+    Ok(format!(
+        "kill {kill_at:?} after {:?}: {acked} acknowledged, state matches {outcome}{}",
+        started.elapsed(),
+        if done { " (the child finished)" } else { "" }
+    ))
+}
+
+#[test]
+fn crash_recovery() {
+    if std::env::var(CHILD_DB_ENV).is_ok() {
+        return;
+    }
+    let base = match std::env::var(SEED_ENV) {
+        Ok(seed) => seed.parse().expect("VFS_CRASH_SEED is a number"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    };
+    let rounds = std::env::var(ROUNDS_ENV)
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS);
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..rounds {
+        let seed = base.wrapping_add(round);
+        match crash_round(dir.path(), seed, round) {
+            Ok(summary) => eprintln!("round {round} (seed {seed}): {summary}"),
+            Err(err) => panic!(
+                "crash round {round} failed; replay with {SEED_ENV}={base}\n(round seed {seed}): {err}"
+            ),
+        }
+    }
+}
