@@ -169,7 +169,10 @@ fn check_blocks(
         .query_row("SELECT count(*) FROM blocks", [], |row| row.get(0))
         .ctx("counting blocks")?;
     let mut stmt = conn
-        .prepare("SELECT id, hash, refcount, raw_len, codec, data FROM blocks")
+        .prepare(
+            "SELECT b.id, b.hash, b.refcount, b.raw_len, b.codec, b.stored_len, d.data
+             FROM blocks b LEFT JOIN block_data d ON d.id = b.id",
+        )
         .ctx("checking blocks")?;
     let mut rows = stmt.query([]).ctx("checking blocks")?;
     let mut stored_sum: u64 = 0;
@@ -180,11 +183,20 @@ fn check_blocks(
         let refcount: i64 = row.get(2).ctx("checking blocks")?;
         let raw_len: i64 = row.get(3).ctx("checking blocks")?;
         let codec: i64 = row.get(4).ctx("checking blocks")?;
-        let data = row
-            .get_ref(5)
-            .ctx("checking blocks")?
-            .as_blob()
-            .map_err(|e| crate::Error::corrupt(format!("block {id}: data is not a blob: {e}")))?;
+        let stored_len: i64 = row.get(5).ctx("checking blocks")?;
+        let data = match row.get_ref(6).ctx("checking blocks")? {
+            rusqlite::types::ValueRef::Blob(data) => data,
+            _ => {
+                report.problem(format!("block {id}: no data"));
+                continue;
+            }
+        };
+        if data.len() as i64 != stored_len {
+            report.problem(format!(
+                "block {id}: {} bytes stored, {stored_len} recorded",
+                data.len()
+            ));
+        }
         stored_sum += data.len() as u64;
         report.blocks += 1;
         report.block_bytes += raw_len.max(0) as u64;
@@ -215,15 +227,15 @@ fn check_blocks(
         blocks_done: report.blocks,
         blocks_total: blocks_total as u64,
     });
-    for (&id, _) in uses.iter() {
-        let exists: bool = conn
-            .prepare_cached("SELECT 1 FROM blocks WHERE id = ?1")
-            .and_then(|mut s| s.exists([id]))
-            .ctx("checking blocks")?;
-        if !exists {
-            // Already reported per extent.
-            continue;
-        }
+    let stray: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM block_data d WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.id = d.id)",
+            [],
+            |row| row.get(0),
+        )
+        .ctx("checking blocks")?;
+    if stray > 0 {
+        report.problem(format!("{stray} block data rows without a block"));
     }
     let (_, stored_counter, _, _) = db::read_counters(conn)?;
     if stored_counter != stored_sum {

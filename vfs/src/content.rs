@@ -42,7 +42,8 @@ impl Extent {
 }
 
 /// Decoded, verified blocks, most recently used first, bounded in bytes. Keyed by block
-/// id: ids are never reused (AUTOINCREMENT), so an id always means the same bytes.
+/// id: ids are never reused (they come from a counter), so an id always means the same
+/// bytes.
 pub(crate) struct BlockCache {
     inner: Mutex<CacheInner>,
 }
@@ -112,13 +113,19 @@ pub(crate) struct ContentCtx<'a> {
     pub zstd_level: i32,
 }
 
+/// A block's hash, raw length, codec and stored bytes.
+type BlockRow = (Vec<u8>, i64, i64, Option<Vec<u8>>);
+
 /// Reads, decodes and verifies block `id`.
 pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Result<Arc<[u8]>> {
     if let Some(bytes) = cache.get(id) {
         return Ok(bytes);
     }
-    let row: Option<(Vec<u8>, i64, i64, Vec<u8>)> = conn
-        .prepare_cached("SELECT hash, raw_len, codec, data FROM blocks WHERE id = ?1")
+    let row: Option<BlockRow> = conn
+        .prepare_cached(
+            "SELECT hash, raw_len, codec, (SELECT data FROM block_data WHERE id = ?1)
+             FROM blocks WHERE id = ?1",
+        )
         .and_then(|mut stmt| {
             stmt.query_row([id], |row| {
                 Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
@@ -128,6 +135,9 @@ pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Resu
         .ctx("reading a block")?;
     let Some((hash, raw_len, codec, data)) = row else {
         return Err(Error::corrupt(format!("missing block {id}")));
+    };
+    let Some(data) = data else {
+        return Err(Error::corrupt(format!("block {id} has no data")));
     };
     let hash = BlockHash::from_slice(&hash)?;
     let raw_len = usize::try_from(raw_len).map_err(|_| Error::corrupt("negative block length"))?;
@@ -208,6 +218,29 @@ fn extent_starts_at(conn: &Connection, ino: InodeNo, at: u64) -> Result<bool> {
         .ctx("reading extents")
 }
 
+/// Up to `limit` extents of a file starting at or after `from`, in offset order.
+#[allow(dead_code)] // used by staging, next
+pub(crate) fn extents_from(
+    conn: &Connection,
+    ino: InodeNo,
+    from: u64,
+    limit: usize,
+) -> Result<Vec<Extent>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT offset, len, block FROM extents WHERE ino = ?1 AND offset >= ?2
+             ORDER BY offset LIMIT ?3",
+        )
+        .ctx("reading extents")?;
+    let rows = stmt
+        .query_map(
+            params![ino.0 as i64, from as i64, limit as i64],
+            extent_from_row,
+        )
+        .ctx("reading extents")?;
+    rows.map(|r| r.ctx("reading extents")).collect()
+}
+
 /// Every extent of a file.
 pub(crate) fn all_extents(conn: &Connection, ino: InodeNo) -> Result<Vec<Extent>> {
     let mut stmt = conn
@@ -251,35 +284,54 @@ pub(crate) fn read_into(
 /// Stores one chunk: a new reference to an existing block, or a new block.
 fn store_chunk(txn: &mut WriteTxn<'_>, ctx: &ContentCtx<'_>, chunk: &[u8]) -> Result<i64> {
     let hash = BlockHash::of(chunk);
-    let existing: Option<i64> = txn
-        .prepare_cached("UPDATE blocks SET refcount = refcount + 1 WHERE hash = ?1 RETURNING id")
-        .and_then(|mut stmt| stmt.query_row([&hash.0[..]], |row| row.get(0)).optional())
-        .ctx("referencing a block")?;
-    if let Some(id) = existing {
+    if let Some(id) = retain_by_hash(txn, &hash)? {
         return Ok(id);
     }
     let encoded = block::encode(chunk, hash, ctx.zstd_level);
+    insert_block(txn, &hash, &encoded)
+}
+
+/// Adds a reference to the block with `hash`, if the store has it.
+pub(crate) fn retain_by_hash(txn: &WriteTxn<'_>, hash: &BlockHash) -> Result<Option<i64>> {
+    txn.prepare_cached("UPDATE blocks SET refcount = refcount + 1 WHERE hash = ?1 RETURNING id")
+        .and_then(|mut stmt| stmt.query_row([&hash.0[..]], |row| row.get(0)).optional())
+        .ctx("referencing a block")
+}
+
+/// Inserts a new block with one reference. Its bytes go to `block_data`, a table never
+/// updated: reference counts change in `blocks` without rewriting the data pages.
+pub(crate) fn insert_block(
+    txn: &mut WriteTxn<'_>,
+    hash: &BlockHash,
+    encoded: &block::EncodedBlock,
+) -> Result<i64> {
+    let id = txn.allocate_block();
     txn.prepare_cached(
-        "INSERT INTO blocks (hash, refcount, raw_len, codec, data) VALUES (?1, 1, ?2, ?3, ?4)",
+        "INSERT INTO blocks (id, hash, refcount, raw_len, codec, stored_len)
+         VALUES (?1, ?2, 1, ?3, ?4, ?5)",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
+            id,
             &hash.0[..],
             encoded.raw_len as i64,
             encoded.codec as i64,
-            encoded.data
+            encoded.data.len() as i64
         ])
     })
     .ctx("storing a block")?;
+    txn.prepare_cached("INSERT INTO block_data (id, data) VALUES (?1, ?2)")
+        .and_then(|mut stmt| stmt.execute(params![id, &encoded.data[..]]))
+        .ctx("storing a block")?;
     txn.stored_bytes += encoded.data.len() as u64;
-    Ok(txn.last_insert_rowid())
+    Ok(id)
 }
 
 /// Drops one reference to block `id`, deleting the block when none is left.
 pub(crate) fn release_block(txn: &mut WriteTxn<'_>, cache: &BlockCache, id: i64) -> Result<()> {
     let row: Option<(i64, i64)> = txn
         .prepare_cached(
-            "UPDATE blocks SET refcount = refcount - 1 WHERE id = ?1 RETURNING refcount, length(data)",
+            "UPDATE blocks SET refcount = refcount - 1 WHERE id = ?1 RETURNING refcount, stored_len",
         )
         .and_then(|mut stmt| stmt.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))).optional())
         .ctx("releasing a block")?;
@@ -293,6 +345,9 @@ pub(crate) fn release_block(txn: &mut WriteTxn<'_>, cache: &BlockCache, id: i64)
     }
     if refcount == 0 {
         txn.prepare_cached("DELETE FROM blocks WHERE id = ?1")
+            .and_then(|mut stmt| stmt.execute([id]))
+            .ctx("deleting a block")?;
+        txn.prepare_cached("DELETE FROM block_data WHERE id = ?1")
             .and_then(|mut stmt| stmt.execute([id]))
             .ctx("deleting a block")?;
         txn.stored_bytes -= stored as u64;
@@ -313,7 +368,7 @@ fn retain_block(txn: &WriteTxn<'_>, id: i64) -> Result<()> {
     Ok(())
 }
 
-fn insert_extent(txn: &WriteTxn<'_>, ino: InodeNo, extent: Extent) -> Result<()> {
+pub(crate) fn insert_extent(txn: &WriteTxn<'_>, ino: InodeNo, extent: Extent) -> Result<()> {
     txn.prepare_cached("INSERT INTO extents (ino, offset, len, block) VALUES (?1, ?2, ?3, ?4)")
         .and_then(|mut stmt| {
             stmt.execute(params![

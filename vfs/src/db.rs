@@ -9,9 +9,11 @@
 //! This module owns the SQL schema; docs/STORAGE.md explains it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::chunker::ChunkSizes;
@@ -31,11 +33,14 @@ CREATE TABLE state (
     revision      INTEGER NOT NULL,
     stored_bytes  INTEGER NOT NULL,
     node_count    INTEGER NOT NULL,
+    next_ino      INTEGER NOT NULL,
+    next_cookie   INTEGER NOT NULL,
+    next_block    INTEGER NOT NULL,
     quota_bytes   INTEGER,
     quota_inodes  INTEGER
 );
 CREATE TABLE nodes (
-    ino       INTEGER PRIMARY KEY AUTOINCREMENT,
+    ino       INTEGER PRIMARY KEY,
     kind      INTEGER NOT NULL,
     perm      INTEGER NOT NULL,
     uid       INTEGER NOT NULL,
@@ -51,7 +56,7 @@ CREATE TABLE nodes (
 );
 CREATE INDEX nodes_by_revision ON nodes (revision);
 CREATE TABLE dirents (
-    cookie    INTEGER PRIMARY KEY AUTOINCREMENT,
+    cookie    INTEGER PRIMARY KEY,
     parent    INTEGER NOT NULL,
     name      BLOB NOT NULL,
     ino       INTEGER NOT NULL,
@@ -60,14 +65,17 @@ CREATE TABLE dirents (
 CREATE UNIQUE INDEX dirents_by_name ON dirents (parent, name);
 CREATE INDEX dirents_by_parent ON dirents (parent, cookie);
 CREATE INDEX dirents_by_ino ON dirents (ino);
-CREATE INDEX dirents_by_revision ON dirents (revision);
 CREATE TABLE blocks (
-    id        INTEGER PRIMARY KEY AUTOINCREMENT,
-    hash      BLOB NOT NULL UNIQUE,
-    refcount  INTEGER NOT NULL,
-    raw_len   INTEGER NOT NULL,
-    codec     INTEGER NOT NULL,
-    data      BLOB NOT NULL
+    id          INTEGER PRIMARY KEY,
+    hash        BLOB NOT NULL UNIQUE,
+    refcount    INTEGER NOT NULL,
+    raw_len     INTEGER NOT NULL,
+    codec       INTEGER NOT NULL,
+    stored_len  INTEGER NOT NULL
+);
+CREATE TABLE block_data (
+    id    INTEGER PRIMARY KEY,
+    data  BLOB NOT NULL
 );
 CREATE TABLE extents (
     ino       INTEGER NOT NULL,
@@ -87,6 +95,10 @@ CREATE TABLE tombstones (
     path      BLOB NOT NULL
 );
 CREATE INDEX tombstones_by_revision ON tombstones (revision);
+CREATE TABLE staged (
+    ino   INTEGER PRIMARY KEY,
+    file  TEXT NOT NULL
+);
 "#;
 
 /// How to open a database.
@@ -98,12 +110,92 @@ pub struct DbOptions {
     pub reader_pool_max: usize,
 }
 
+/// Checkpoint the WAL into the database file once it holds this much.
+const WAL_CHECKPOINT_BYTES: u64 = 32 << 20;
+/// Past this, the writer itself checkpoints before going on: the bound on the WAL when
+/// the checkpointer cannot keep up (long readers, a flood of writes).
+const WAL_BYTES_MAX: u64 = 1 << 30;
+/// The writer looks at the WAL size every this many commits.
+const WAL_CHECK_EVERY_COMMITS: u64 = 256;
+
 pub(crate) struct Db {
-    writer: Mutex<Connection>,
+    // Field order is drop order: readers and the checkpointer close before the writer,
+    // so the writer is the last connection and checkpoints the WAL away at close.
     readers: Option<Mutex<Vec<Connection>>>,
+    // Held for its Drop, which stops and joins the thread.
+    _checkpointer: Option<Checkpointer>,
+    writer: Mutex<Connection>,
     path: Option<PathBuf>,
     read_only: bool,
     reader_pool_max: usize,
+    commits: AtomicU64,
+}
+
+/// A thread that copies the WAL into the database file in the background, so no commit
+/// pays for a checkpoint (and its fsyncs).
+struct Checkpointer {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Checkpointer> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .ctx("opening the checkpointer")?;
+        configure(&conn, false)?;
+        let wal = wal_path(path);
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let signal = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("vfs-checkpoint".into())
+            .spawn(move || {
+                let (stopped, wake) = &*signal;
+                let mut done = stopped.lock().unwrap_or_else(|e| e.into_inner());
+                while !*done {
+                    let (guard, _) = wake
+                        .wait_timeout(done, Duration::from_millis(200))
+                        .unwrap_or_else(|e| e.into_inner());
+                    done = guard;
+                    if *done {
+                        break;
+                    }
+                    let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+                    if size >= WAL_CHECKPOINT_BYTES {
+                        drop(done);
+                        if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
+                            tracing::warn!("background checkpoint failed: {err}");
+                        }
+                        done = stopped.lock().unwrap_or_else(|e| e.into_inner());
+                    }
+                }
+            })
+            .map_err(|e| Error::io("checkpointer thread", e))?;
+        Ok(Checkpointer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let (stopped, wake) = &*self.stop;
+        *stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The WAL file of the database at `path`.
+pub(crate) fn wal_path(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
 }
 
 /// What `open` learned about the database.
@@ -115,16 +207,21 @@ pub(crate) struct DbInfo {
 fn configure(conn: &Connection, read_only: bool) -> Result<()> {
     conn.busy_timeout(Duration::from_secs(60))
         .ctx("setting the busy timeout")?;
+    // Plans must not depend on bound values: otherwise SQLite re-prepares range and join
+    // statements on every new binding, which costs more than running them.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .ctx("configuring the connection")?;
     conn.set_prepared_statement_cache_capacity(64);
     let mut pragmas = String::from(
         "PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = OFF;
          PRAGMA temp_store = MEMORY;
-         PRAGMA cache_size = -16384;
-         PRAGMA mmap_size = 268435456;",
+         PRAGMA cache_size = -16384;",
     );
     if !read_only {
-        pragmas.push_str("PRAGMA journal_mode = WAL;");
+        // Checkpoints run on their own thread (`Db::checkpoint_if_needed`), not inside
+        // whichever commit happens to cross the threshold.
+        pragmas.push_str("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;");
     }
     conn.execute_batch(&pragmas)
         .ctx("configuring the connection")?;
@@ -150,12 +247,19 @@ impl Db {
         let writer = Connection::open_with_flags(path, flags).ctx("opening the database")?;
         configure(&writer, options.read_only)?;
         let info = init_or_check(&writer, options)?;
+        let checkpointer = if options.read_only {
+            None
+        } else {
+            Some(Checkpointer::start(path)?)
+        };
         let db = Db {
-            writer: Mutex::new(writer),
             readers: Some(Mutex::new(Vec::new())),
+            _checkpointer: checkpointer,
+            writer: Mutex::new(writer),
             path: Some(path.to_path_buf()),
             read_only: options.read_only,
             reader_pool_max: options.reader_pool_max.max(1),
+            commits: AtomicU64::new(0),
         };
         Ok((db, info))
     }
@@ -165,11 +269,13 @@ impl Db {
         configure(&writer, false)?;
         let info = init_or_check(&writer, options)?;
         let db = Db {
-            writer: Mutex::new(writer),
             readers: None,
+            _checkpointer: None,
+            writer: Mutex::new(writer),
             path: None,
             read_only: false,
             reader_pool_max: 1,
+            commits: AtomicU64::new(0),
         };
         Ok((db, info))
     }
@@ -237,11 +343,32 @@ impl Db {
             stored_bytes: state.stored_bytes,
             node_count: state.node_count,
             quota: state.quota,
+            next_ino: state.next_ino,
+            next_cookie: state.next_cookie,
+            next_block: state.next_block,
             quota_checked: true,
         };
         let out = f(&mut txn)?;
         txn.finish()?;
+        let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        if commits % WAL_CHECK_EVERY_COMMITS == 0 {
+            self.bound_wal(&conn);
+        }
         Ok(out)
+    }
+
+    /// Checkpoints from the writer when the WAL has outgrown its bound (the background
+    /// checkpointer could not keep up): writers wait rather than fill the disk.
+    fn bound_wal(&self, conn: &Connection) {
+        let Some(path) = &self.path else { return };
+        let size = std::fs::metadata(wal_path(path))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        if size > WAL_BYTES_MAX {
+            if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(RESTART)") {
+                tracing::warn!("checkpoint of a {size}-byte WAL failed: {err}");
+            }
+        }
     }
 
     /// Runs `f` on the writer connection outside of any transaction (maintenance:
@@ -252,16 +379,22 @@ impl Db {
     }
 }
 
+/// The `state` row: counters every mutation reads and writes back.
+#[derive(Clone, Copy, Debug)]
 struct StateRow {
     revision: Revision,
     stored_bytes: u64,
     node_count: u64,
+    next_ino: u64,
+    next_cookie: u64,
+    next_block: u64,
     quota: Quota,
 }
 
 fn read_state(conn: &Connection) -> Result<StateRow> {
     conn.prepare_cached(
-        "SELECT revision, stored_bytes, node_count, quota_bytes, quota_inodes FROM state WHERE id = 1",
+        "SELECT revision, stored_bytes, node_count, next_ino, next_cookie, next_block,
+                quota_bytes, quota_inodes FROM state WHERE id = 1",
     )
     .and_then(|mut stmt| {
         stmt.query_row([], |row| {
@@ -269,9 +402,12 @@ fn read_state(conn: &Connection) -> Result<StateRow> {
                 revision: Revision(row.get::<_, i64>(0)? as u64),
                 stored_bytes: row.get::<_, i64>(1)? as u64,
                 node_count: row.get::<_, i64>(2)? as u64,
+                next_ino: row.get::<_, i64>(3)? as u64,
+                next_cookie: row.get::<_, i64>(4)? as u64,
+                next_block: row.get::<_, i64>(5)? as u64,
                 quota: Quota {
-                    bytes_max: row.get::<_, Option<i64>>(3)?.map(|v| v as u64),
-                    inodes_max: row.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+                    bytes_max: row.get::<_, Option<i64>>(6)?.map(|v| v as u64),
+                    inodes_max: row.get::<_, Option<i64>>(7)?.map(|v| v as u64),
                 },
             })
         })
@@ -291,6 +427,10 @@ pub(crate) fn read_counters(conn: &Connection) -> Result<(Revision, u64, u64, Qu
 }
 
 /// A write transaction. Dereferences to the SQLite transaction for statements.
+///
+/// Ids (inode numbers, entry cookies, block ids) come from counters in the `state` row
+/// rather than from AUTOINCREMENT: they are never reused, and the row is written by
+/// every mutation anyway, so no extra page changes.
 pub(crate) struct WriteTxn<'c> {
     tx: rusqlite::Transaction<'c>,
     /// The revision this mutation commits as.
@@ -298,6 +438,9 @@ pub(crate) struct WriteTxn<'c> {
     pub stored_bytes: u64,
     pub node_count: u64,
     pub quota: Quota,
+    next_ino: u64,
+    next_cookie: u64,
+    next_block: u64,
     /// Cleared by mutations that only free space, which always pass.
     quota_checked: bool,
 }
@@ -319,6 +462,27 @@ impl WriteTxn<'_> {
         self.quota = quota;
     }
 
+    /// A fresh inode number.
+    pub fn allocate_ino(&mut self) -> u64 {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        ino
+    }
+
+    /// A fresh directory-entry cookie (greater than every earlier one).
+    pub fn allocate_cookie(&mut self) -> u64 {
+        let cookie = self.next_cookie;
+        self.next_cookie += 1;
+        cookie
+    }
+
+    /// A fresh block id.
+    pub fn allocate_block(&mut self) -> i64 {
+        let id = self.next_block;
+        self.next_block += 1;
+        id as i64
+    }
+
     fn finish(self) -> Result<()> {
         if self.quota_checked {
             if let Some(max) = self.quota.bytes_max {
@@ -333,17 +497,23 @@ impl WriteTxn<'_> {
             }
         }
         self.tx
-            .execute(
+            .prepare_cached(
                 "UPDATE state SET revision = ?1, stored_bytes = ?2, node_count = ?3,
-                        quota_bytes = ?4, quota_inodes = ?5 WHERE id = 1",
-                params![
+                        next_ino = ?4, next_cookie = ?5, next_block = ?6,
+                        quota_bytes = ?7, quota_inodes = ?8 WHERE id = 1",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
                     self.revision.0 as i64,
                     self.stored_bytes as i64,
                     self.node_count as i64,
+                    self.next_ino as i64,
+                    self.next_cookie as i64,
+                    self.next_block as i64,
                     self.quota.bytes_max.map(|v| v as i64),
                     self.quota.inodes_max.map(|v| v as i64),
-                ],
-            )
+                ])
+            })
             .ctx("advancing the revision")?;
         self.tx.commit().ctx("committing")
     }
@@ -448,7 +618,8 @@ fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
             .ctx("creating the schema")?;
         }
         conn.execute(
-            "INSERT INTO state (id, revision, stored_bytes, node_count) VALUES (1, 1, 0, 1)",
+            "INSERT INTO state (id, revision, stored_bytes, node_count, next_ino, next_cookie, next_block)
+             VALUES (1, 1, 0, 1, 2, 1, 1)",
             [],
         )
         .ctx("creating the schema")?;

@@ -329,9 +329,10 @@ pub(crate) fn insert_node(
 ) -> Result<InodeNo> {
     let nlink = if kind == FileKind::Directory { 2 } else { 1 };
     let size = target.map_or(0, |t| t.len() as i64);
+    let ino = txn.allocate_ino();
     txn.prepare_cached(
-        "INSERT INTO nodes (kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, revision)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10)",
+        "INSERT INTO nodes (ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, target, revision)
+         VALUES (?11, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?7, ?8, ?9, ?10)",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -344,38 +345,43 @@ pub(crate) fn insert_node(
             now,
             rdev,
             target,
-            txn.revision.0 as i64
+            txn.revision.0 as i64,
+            ino as i64
         ])
     })
     .ctx("creating a node")?;
     txn.node_count += 1;
-    Ok(InodeNo(txn.last_insert_rowid() as u64))
+    Ok(InodeNo(ino))
 }
 
 /// Adds entry `name` in `parent` for `ino`. Link counts are the caller's business.
 pub(crate) fn insert_dirent(
-    txn: &WriteTxn<'_>,
+    txn: &mut WriteTxn<'_>,
     parent: InodeNo,
     name: &[u8],
     ino: InodeNo,
 ) -> Result<()> {
-    txn.prepare_cached("INSERT INTO dirents (parent, name, ino, revision) VALUES (?1, ?2, ?3, ?4)")
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                parent.0 as i64,
-                name,
-                ino.0 as i64,
-                txn.revision.0 as i64
-            ])
-        })
-        .map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::ConstraintViolation) => kind::Exists(),
-            _ => Error::Storage {
-                path: Default::default(),
-                context: "adding an entry",
-                source: e,
-            },
-        })?;
+    let cookie = txn.allocate_cookie();
+    txn.prepare_cached(
+        "INSERT INTO dirents (cookie, parent, name, ino, revision) VALUES (?5, ?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            parent.0 as i64,
+            name,
+            ino.0 as i64,
+            txn.revision.0 as i64,
+            cookie as i64
+        ])
+    })
+    .map_err(|e| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::ConstraintViolation) => kind::Exists(),
+        _ => Error::Storage {
+            path: Default::default(),
+            context: "adding an entry",
+            source: e,
+        },
+    })?;
     Ok(())
 }
 

@@ -1042,16 +1042,36 @@ impl Workspace {
         if data.is_empty() {
             return Ok(0);
         }
+        let now = self.now();
+        let file_max = self.inner.options.dirty_file_bytes_max;
+        // Make room first, so that a failing commit reports before any byte of this
+        // write is kept: a write that returns an error has written nothing.
+        if state.dirty.bytes + data.len() > file_max {
+            self.commit_locked(open.ino, &mut state, false)?;
+        }
+        if data.len() >= file_max {
+            // Too large to buffer: this write is its own mutation.
+            let new_size = state.size.max(end);
+            self.inner
+                .commit_direct(open.ino, offset, data, new_size, now)?;
+            state.size = new_size;
+            return Ok(data.len());
+        }
         let before = state.dirty.bytes;
         state.dirty.insert(offset, data);
         let grown = state.dirty.bytes.saturating_sub(before);
         let total = self.inner.dirty_total.fetch_add(grown, Ordering::SeqCst) + grown;
         state.size = state.size.max(end);
-        state.written_at = Some(self.now());
-        if state.dirty.bytes >= self.inner.options.dirty_file_bytes_max
-            || total >= self.inner.options.dirty_total_bytes_max
-        {
-            self.commit_locked(open.ino, &mut state, false)?;
+        state.written_at = Some(now);
+        if total >= self.inner.options.dirty_total_bytes_max {
+            // All buffers together are over their bound: commit them all, not only this
+            // file's, so idle open files cannot hold memory without limit. Our own state
+            // lock goes first (lock order), and this write is already buffered: a failure
+            // here leaves it for the next flush, which will report it.
+            drop(state);
+            if let Err(err) = self.commit_all() {
+                tracing::warn!("failed to commit buffered writes past the memory bound: {err}");
+            }
         }
         Ok(data.len())
     }
@@ -1087,6 +1107,16 @@ impl Workspace {
             }
         };
         if self.unacquire(&open) {
+            // Nobody can reach this state any more: a buffer whose commit failed is
+            // dropped here (the failure was reported), and counted out of the total.
+            let dropped = lock(&open.state).dirty.clear();
+            if dropped > 0 {
+                self.dirty_released(dropped);
+                tracing::warn!(
+                    "{}: dropped {dropped} buffered bytes that failed to commit",
+                    open.ino
+                );
+            }
             // The last handle of an unlinked file: now the node goes.
             let ino = open.ino;
             let orphan = self
@@ -1421,7 +1451,7 @@ impl Workspace {
             }
             let (blocks, unique, stored): (i64, i64, i64) = conn
                 .query_row(
-                    "SELECT count(*), coalesce(sum(raw_len), 0), coalesce(sum(length(data)), 0) FROM blocks",
+                    "SELECT count(*), coalesce(sum(raw_len), 0), coalesce(sum(stored_len), 0) FROM blocks",
                     [],
                     |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
                 )
@@ -1453,6 +1483,30 @@ impl Workspace {
 }
 
 impl Inner {
+    /// Commits one write that bypasses the buffer (the buffer must be empty).
+    fn commit_direct(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        data: &[u8],
+        new_size: u64,
+        written_at: TimestampNs,
+    ) -> Result<()> {
+        let ctx = ContentCtx {
+            cache: &self.cache,
+            chunker: &self.chunker,
+            zstd_level: self.options.zstd_level,
+        };
+        self.db.write(|txn| {
+            let mut attr = store::attr(txn, ino)?;
+            content::apply(txn, &ctx, ino, attr.size, new_size, &[(offset, data)])?;
+            attr.size = new_size;
+            attr.mtime = written_at;
+            attr.ctime = attr.ctime.max(written_at);
+            store::store_attr(txn, &attr)
+        })
+    }
+
     /// See [`Workspace::commit_locked`]; here so that dropping the workspace can commit.
     fn commit_locked(&self, ino: InodeNo, state: &mut OpenState, size_changed: bool) -> Result<()> {
         if state.dirty.is_empty() && !size_changed {
