@@ -11,19 +11,22 @@
 //! write back dirty pages in large requests (`FUSE_WRITEBACK_CACHE`). docs/SEMANTICS.md
 //! says what that means for someone changing the database behind a mount.
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use computer_vfs::{
-    Attr, Error, FileKind, InodeNo, NewNode, OpenFlags, RenameFlags, SetAttr, SetTime, TimestampNs,
-    Workspace, XattrSet,
+    Attr, Error, FileKind, InodeNo, NewNode, OpenFlags, RenameFlags, SetAttr, SetTime, StagedFile,
+    TimestampNs, Workspace, XattrSet,
 };
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
+    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 /// How long the kernel may trust an entry or attributes it got from us.
@@ -40,6 +43,8 @@ const READDIR_BATCH: usize = 256;
 pub struct MountConfig {
     pub read_only: bool,
     pub writeback_cache: bool,
+    /// Let the kernel read and write staged files directly (FUSE passthrough).
+    pub passthrough: bool,
 }
 
 /// The filesystem the kernel talks to.
@@ -48,6 +53,20 @@ pub struct WorkspaceFs {
     config: MountConfig,
     /// Whether the kernel agreed to write back through its page cache.
     writeback: bool,
+    /// Whether the kernel agreed to passthrough (exclusive with `writeback`).
+    passthrough: AtomicBool,
+    /// The kernel's registration of each staging file in use: one per inode, shared by
+    /// its handles, dropped (BACKING_CLOSE) with the last of them.
+    backing: Mutex<BackingTable>,
+}
+
+#[derive(Default)]
+struct BackingTable {
+    by_handle: HashMap<u64, Arc<BackingId>>,
+    by_inode: HashMap<u64, Weak<BackingId>>,
+    /// Inodes opened through passthrough since their last cached open: the kernel's page
+    /// cache of such an inode may be stale, so the next cached open must drop it.
+    bypassed_cache: HashSet<u64>,
 }
 
 impl WorkspaceFs {
@@ -56,6 +75,66 @@ impl WorkspaceFs {
             ws,
             config,
             writeback: false,
+            passthrough: AtomicBool::new(false),
+            backing: Mutex::new(BackingTable::default()),
+        }
+    }
+
+    fn backing(&self) -> std::sync::MutexGuard<'_, BackingTable> {
+        self.backing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Open flags for a handle served by the daemon: keep the page cache unless a
+    /// passthrough open may have changed the file behind it.
+    fn cached_open_flags(&self, inode: INodeNo) -> FopenFlags {
+        if self.backing().bypassed_cache.remove(&inode.0) {
+            FopenFlags::empty()
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        }
+    }
+
+    /// The kernel's id for `staged`, registering it on first use. `None` if the kernel
+    /// refuses (no CAP_SYS_ADMIN, say): passthrough is then off for the rest of the mount.
+    fn backing_id(
+        &self,
+        inode: INodeNo,
+        handle: u64,
+        staged: &StagedFile,
+        register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        let mut table = self.backing();
+        let id = match table.by_inode.get(&inode.0).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => match register(staged.file()) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    table.by_inode.insert(inode.0, Arc::downgrade(&id));
+                    id
+                }
+                Err(err) => {
+                    tracing::warn!(
+                        "kernel refused passthrough, serving data through the daemon: {err}"
+                    );
+                    self.passthrough.store(false, Ordering::Relaxed);
+                    return None;
+                }
+            },
+        };
+        table.by_handle.insert(handle, id.clone());
+        table.bypassed_cache.insert(inode.0);
+        Some(id)
+    }
+
+    fn forget_backing(&self, handle: u64, inode: INodeNo) {
+        let mut table = self.backing();
+        table.by_handle.remove(&handle);
+        if table
+            .by_inode
+            .get(&inode.0)
+            .is_some_and(|w| w.strong_count() == 0)
+        {
+            table.by_inode.remove(&inode.0);
         }
     }
 }
@@ -216,7 +295,16 @@ impl Filesystem for WorkspaceFs {
                 tracing::info!("kernel does not offer {flag:?}");
             }
         }
-        if self.config.writeback_cache && !self.config.read_only {
+        // Passthrough and the writeback cache exclude each other (the kernel refuses
+        // backing files once writeback is negotiated); passthrough wins where offered.
+        let writable = !self.config.read_only;
+        if writable && self.config.passthrough && self.ws.has_staging() {
+            let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            if offered && config.set_max_stack_depth(1).is_ok() {
+                self.passthrough.store(true, Ordering::Relaxed);
+            }
+        }
+        if writable && self.config.writeback_cache && !self.passthrough.load(Ordering::Relaxed) {
             self.writeback = config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
                 .is_ok();
@@ -226,7 +314,11 @@ impl Filesystem for WorkspaceFs {
         }
         let _ = config.set_max_background(64);
         let _ = config.set_time_granularity(Duration::from_nanos(1));
-        tracing::info!(writeback = self.writeback, "FUSE session initialised");
+        tracing::info!(
+            writeback = self.writeback,
+            passthrough = self.passthrough.load(Ordering::Relaxed),
+            "FUSE session initialised"
+        );
         Ok(())
     }
 
@@ -419,10 +511,25 @@ impl Filesystem for WorkspaceFs {
 
     fn open(&self, _req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         let flags = self.open_flags(flags.0);
-        match self.ws.open_file(ino(inode), flags) {
-            Ok(handle) => reply.opened(FileHandle(handle.0), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(err) => reply.error(errno(&err)),
+        let passthrough = self.passthrough.load(Ordering::Relaxed);
+        let opened = match self.ws.open_for_kernel(ino(inode), flags, passthrough) {
+            Ok(opened) => opened,
+            Err(err) => return reply.error(errno(&err)),
+        };
+        let handle = opened.handle.0;
+        if let Some(staged) = &opened.staged {
+            let register = |file: &std::fs::File| reply.open_backing(file);
+            if let Some(id) = self.backing_id(inode, handle, staged, register) {
+                return reply.opened_passthrough(
+                    FileHandle(handle),
+                    FopenFlags::FOPEN_NOFLUSH,
+                    &id,
+                );
+            }
+            // Served through the daemon from the staging file; no page cache to trust.
+            return reply.opened(FileHandle(handle), FopenFlags::empty());
         }
+        reply.opened(FileHandle(handle), self.cached_open_flags(inode))
     }
 
     fn create(
@@ -436,19 +543,42 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyCreate,
     ) {
         let flags = self.open_flags(flags);
-        match self
-            .ws
-            .create(ino(parent), name.as_bytes(), owner(req, mode), flags)
-        {
-            Ok((attr, handle)) => reply.created(
+        let passthrough = self.passthrough.load(Ordering::Relaxed);
+        let created = self.ws.create_for_kernel(
+            ino(parent),
+            name.as_bytes(),
+            owner(req, mode),
+            flags,
+            passthrough,
+        );
+        let (attr, opened) = match created {
+            Ok(created) => created,
+            Err(err) => return reply.error(errno(&err)),
+        };
+        let handle = opened.handle.0;
+        let fuse_attr = file_attr(&attr);
+        if let Some(staged) = &opened.staged {
+            let register = |file: &std::fs::File| reply.open_backing(file);
+            if let Some(id) = self.backing_id(fuse_attr.ino, handle, staged, register) {
+                return reply.created_passthrough(
+                    &TTL,
+                    &fuse_attr,
+                    Generation(0),
+                    FileHandle(handle),
+                    FopenFlags::FOPEN_NOFLUSH,
+                    &id,
+                );
+            }
+            return reply.created(
                 &TTL,
-                &file_attr(&attr),
+                &fuse_attr,
                 Generation(0),
-                FileHandle(handle.0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Err(err) => reply.error(errno(&err)),
+                FileHandle(handle),
+                FopenFlags::empty(),
+            );
         }
+        let flags = self.cached_open_flags(fuse_attr.ino);
+        reply.created(&TTL, &fuse_attr, Generation(0), FileHandle(handle), flags)
     }
 
     fn read(
@@ -485,7 +615,10 @@ impl Filesystem for WorkspaceFs {
                 return reply.error(errno(&err));
             }
         }
-        match self.ws.write(fh(handle), offset, data) {
+        // A write-back from the kernel's page cache: the kernel keeps mtime itself and
+        // sends it with setattr; stamping the arrival time would store a later one.
+        let stamp = !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        match self.ws.write_with(fh(handle), offset, data, stamp) {
             Ok(written) => reply.written(written as u32),
             Err(err) => reply.error(errno(&err)),
         }
@@ -508,13 +641,14 @@ impl Filesystem for WorkspaceFs {
     fn release(
         &self,
         _req: &Request,
-        _inode: INodeNo,
+        inode: INodeNo,
         handle: FileHandle,
         _flags: fuser::OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.forget_backing(handle.0, inode);
         match self.ws.release(fh(handle)) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),

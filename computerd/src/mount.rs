@@ -51,9 +51,18 @@ pub struct MountArgs {
     /// FUSE worker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
-    /// Do not let the kernel cache writes (every write(2) becomes a request).
+    /// Do not let the kernel cache writes (every write(2) becomes a request). Only used
+    /// where passthrough is off or unavailable.
     #[arg(long)]
     pub no_writeback_cache: bool,
+    /// Serve every byte through the daemon instead of letting the kernel read and write
+    /// staged files directly (FUSE passthrough).
+    #[arg(long)]
+    pub no_passthrough: bool,
+    /// Commit changes to the database in batches at most this many milliseconds old
+    /// (0: one transaction per change). fsync always commits at once.
+    #[arg(long, default_value_t = 25, value_name = "MS")]
+    pub commit_delay_ms: u64,
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
@@ -159,6 +168,9 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     let options = Options {
         create: !args.read_only,
         read_only: args.read_only,
+        staging_dir: (!args.read_only).then(|| staging_dir(&args.db)),
+        commit_delay: (args.commit_delay_ms > 0)
+            .then(|| Duration::from_millis(args.commit_delay_ms)),
         ..Options::default()
     };
     let ws = Workspace::open(&args.db, options)
@@ -187,6 +199,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         MountConfig {
             read_only: args.read_only,
             writeback_cache: !args.no_writeback_cache,
+            passthrough: !args.no_passthrough,
         },
     );
     let session = fuser::Session::new(fs, &args.mountpoint, &config)
@@ -227,6 +240,13 @@ fn wait_signal(set: &nix::sys::signal::SigSet, timeout: Duration) -> Option<i32>
     // SAFETY: `set` is a valid sigset and `spec` a valid timespec; no siginfo is requested.
     let signal = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &spec) };
     (signal > 0).then_some(signal)
+}
+
+/// Where the staging files of the workspace at `db` live: beside it, on the same disk.
+pub fn staging_dir(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".staging");
+    PathBuf::from(name)
 }
 
 /// A daemon killed with SIGKILL leaves its mount point answering ENOTCONN; detach it.

@@ -75,6 +75,7 @@ impl Workspace {
     ) -> Result<CheckReport> {
         if !self.is_read_only() {
             self.commit_all()?;
+            self.settle_staged()?;
         }
         let open_now: Vec<InodeNo> = self.open_inodes();
         self.db().read(|conn| {

@@ -219,7 +219,6 @@ fn extent_starts_at(conn: &Connection, ino: InodeNo, at: u64) -> Result<bool> {
 }
 
 /// Up to `limit` extents of a file starting at or after `from`, in offset order.
-#[allow(dead_code)] // used by staging, next
 pub(crate) fn extents_from(
     conn: &Connection,
     ino: InodeNo,

@@ -11,10 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::chunker::ChunkSizes;
 use crate::error::{Error, Result, StorageContext};
@@ -104,6 +104,9 @@ CREATE TABLE staged (
 /// How to open a database.
 #[derive(Clone, Debug)]
 pub struct DbOptions {
+    /// Commit mutations in batches, at most this long after the first (`None`: each
+    /// mutation commits before it returns).
+    pub commit_delay: Option<Duration>,
     pub create: bool,
     pub read_only: bool,
     pub chunk_sizes: ChunkSizes,
@@ -124,11 +127,97 @@ pub(crate) struct Db {
     readers: Option<Mutex<Vec<Connection>>>,
     // Held for its Drop, which stops and joins the thread.
     _checkpointer: Option<Checkpointer>,
-    writer: Mutex<Connection>,
+    _committer: Option<Committer>,
+    writer: Arc<Mutex<Writer>>,
+    /// With `Some`, mutations share a transaction committed at most this late (see
+    /// `DbOptions::commit_delay`).
+    commit_delay: Option<Duration>,
     path: Option<PathBuf>,
     read_only: bool,
     reader_pool_max: usize,
     commits: AtomicU64,
+}
+
+/// The writer connection and the batch of mutations it holds uncommitted, if any.
+pub(crate) struct Writer {
+    conn: Connection,
+    batch: Option<Batch>,
+}
+
+struct Batch {
+    started: Instant,
+    mutations: u32,
+}
+
+/// Mutations in one batch at most, whatever the delay.
+const BATCH_MUTATIONS_MAX: u32 = 4096;
+
+impl Writer {
+    fn commit_batch(&mut self) -> Result<()> {
+        if self.batch.take().is_some() {
+            if let Err(err) = self.conn.execute_batch("COMMIT") {
+                // The batch's mutations were acknowledged; losing them is the worst
+                // outcome of a failing disk. Say so loudly and roll back to stay usable.
+                tracing::error!("failed to commit a batch of mutations: {err}");
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(Error::Storage {
+                    path: Default::default(),
+                    context: "committing",
+                    source: err,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A thread that commits the open batch once it is `commit_delay` old.
+struct Committer {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Committer {
+    fn start(writer: Arc<Mutex<Writer>>, delay: Duration) -> Result<Committer> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let signal = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("vfs-commit".into())
+            .spawn(move || {
+                let (stopped, wake) = &*signal;
+                let mut done = stopped.lock().unwrap_or_else(|e| e.into_inner());
+                while !*done {
+                    done = wake
+                        .wait_timeout(done, delay / 2)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                    let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+                    let due = w
+                        .batch
+                        .as_ref()
+                        .is_some_and(|b| b.started.elapsed() >= delay);
+                    if due || *done {
+                        let _ = w.commit_batch();
+                    }
+                }
+            })
+            .map_err(|e| Error::io("commit thread", e))?;
+        Ok(Committer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        let (stopped, wake) = &*self.stop;
+        *stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// A thread that copies the WAL into the database file in the background, so no commit
@@ -252,10 +341,21 @@ impl Db {
         } else {
             Some(Checkpointer::start(path)?)
         };
+        let commit_delay = options.commit_delay.filter(|_| !options.read_only);
+        let writer = Arc::new(Mutex::new(Writer {
+            conn: writer,
+            batch: None,
+        }));
+        let committer = match commit_delay {
+            Some(delay) => Some(Committer::start(writer.clone(), delay)?),
+            None => None,
+        };
         let db = Db {
             readers: Some(Mutex::new(Vec::new())),
             _checkpointer: checkpointer,
-            writer: Mutex::new(writer),
+            _committer: committer,
+            commit_delay,
+            writer,
             path: Some(path.to_path_buf()),
             read_only: options.read_only,
             reader_pool_max: options.reader_pool_max.max(1),
@@ -271,7 +371,12 @@ impl Db {
         let db = Db {
             readers: None,
             _checkpointer: None,
-            writer: Mutex::new(writer),
+            _committer: None,
+            commit_delay: None,
+            writer: Arc::new(Mutex::new(Writer {
+                conn: writer,
+                batch: None,
+            })),
             path: None,
             read_only: false,
             reader_pool_max: 1,
@@ -291,12 +396,19 @@ impl Db {
     /// Runs `f` on a reader connection inside a read transaction, so every statement in
     /// `f` sees the same snapshot.
     pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let Some(pool) = &self.readers else {
-            let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            let tx = conn.transaction().ctx("starting a read")?;
-            let out = f(&tx)?;
-            tx.finish().ctx("ending a read")?;
-            return Ok(out);
+        let pool = match &self.readers {
+            // Batched mutations are visible only to the writer connection: read there.
+            Some(pool) if self.commit_delay.is_none() => pool,
+            _ => {
+                let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+                if w.batch.is_some() {
+                    return f(&w.conn);
+                }
+                let tx = w.conn.transaction().ctx("starting a read")?;
+                let out = f(&tx)?;
+                tx.finish().ctx("ending a read")?;
+                return Ok(out);
+            }
         };
         let taken = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut conn = match taken {
@@ -326,35 +438,85 @@ impl Db {
         Ok(conn)
     }
 
-    /// Runs `f` in a write transaction (BEGIN IMMEDIATE) that takes the next revision.
-    /// `f` returning an error rolls everything back; the revision is not used up.
+    /// Runs `f` as one mutation that takes the next revision. `f` returning an error
+    /// undoes everything it did; the revision is not used up.
+    ///
+    /// Without a commit delay the mutation is its own transaction, committed before this
+    /// returns. With one, it is a savepoint inside the open batch, committed with the
+    /// batch (at most `commit_delay` later, or at [`Db::commit`]).
     pub fn write<T>(&self, f: impl FnOnce(&mut WriteTxn<'_>) -> Result<T>) -> Result<T> {
         if self.read_only {
             return Err(Error::ReadOnly(Default::default()));
         }
-        let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .ctx("starting a write")?;
-        let state = read_state(&tx)?;
-        let mut txn = WriteTxn {
-            tx,
-            revision: Revision(state.revision.0 + 1),
-            stored_bytes: state.stored_bytes,
-            node_count: state.node_count,
-            quota: state.quota,
-            next_ino: state.next_ino,
-            next_cookie: state.next_cookie,
-            next_block: state.next_block,
-            quota_checked: true,
-        };
-        let out = f(&mut txn)?;
-        txn.finish()?;
-        let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        if commits % WAL_CHECK_EVERY_COMMITS == 0 {
-            self.bound_wal(&conn);
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let batching = self.commit_delay.is_some();
+        if w.batch.is_none() {
+            w.conn
+                .execute_batch("BEGIN IMMEDIATE")
+                .ctx("starting a write")?;
+            w.batch = Some(Batch {
+                started: Instant::now(),
+                mutations: 0,
+            });
         }
-        Ok(out)
+        w.conn
+            .execute_batch("SAVEPOINT mutation")
+            .ctx("starting a mutation")?;
+        let result = (|| {
+            let state = read_state(&w.conn)?;
+            let mut txn = WriteTxn {
+                conn: &w.conn,
+                revision: Revision(state.revision.0 + 1),
+                stored_bytes: state.stored_bytes,
+                node_count: state.node_count,
+                quota: state.quota,
+                next_ino: state.next_ino,
+                next_cookie: state.next_cookie,
+                next_block: state.next_block,
+                quota_checked: true,
+            };
+            let out = f(&mut txn)?;
+            txn.finish()?;
+            Ok(out)
+        })();
+        match result {
+            Ok(out) => {
+                w.conn
+                    .execute_batch("RELEASE mutation")
+                    .ctx("ending a mutation")?;
+                let batch = w.batch.as_mut().expect("a batch is open");
+                batch.mutations += 1;
+                let full = batch.mutations >= BATCH_MUTATIONS_MAX;
+                if !batching || full {
+                    w.commit_batch()?;
+                }
+                let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+                if commits % WAL_CHECK_EVERY_COMMITS == 0 && w.batch.is_none() {
+                    self.bound_wal(&w.conn);
+                }
+                Ok(out)
+            }
+            Err(err) => {
+                let undone = w
+                    .conn
+                    .execute_batch("ROLLBACK TO mutation; RELEASE mutation");
+                if !batching || undone.is_err() {
+                    // Nothing else is in the transaction without batching; with it, a
+                    // failed undo leaves no choice.
+                    w.batch = None;
+                    let _ = w.conn.execute_batch("ROLLBACK");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Commits the open batch now (before an fsync, a checkpoint, or a close).
+    pub fn commit(&self) -> Result<()> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .commit_batch()
     }
 
     /// Checkpoints from the writer when the WAL has outgrown its bound (the background
@@ -374,8 +536,9 @@ impl Db {
     /// Runs `f` on the writer connection outside of any transaction (maintenance:
     /// checkpoints, integrity checks).
     pub fn with_writer<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let mut conn = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut conn)
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        w.commit_batch()?;
+        f(&mut w.conn)
     }
 }
 
@@ -432,7 +595,7 @@ pub(crate) fn read_counters(conn: &Connection) -> Result<(Revision, u64, u64, Qu
 /// rather than from AUTOINCREMENT: they are never reused, and the row is written by
 /// every mutation anyway, so no extra page changes.
 pub(crate) struct WriteTxn<'c> {
-    tx: rusqlite::Transaction<'c>,
+    conn: &'c Connection,
     /// The revision this mutation commits as.
     pub revision: Revision,
     pub stored_bytes: u64,
@@ -448,7 +611,7 @@ pub(crate) struct WriteTxn<'c> {
 impl std::ops::Deref for WriteTxn<'_> {
     type Target = Connection;
     fn deref(&self) -> &Connection {
-        &self.tx
+        self.conn
     }
 }
 
@@ -496,7 +659,7 @@ impl WriteTxn<'_> {
                 }
             }
         }
-        self.tx
+        self.conn
             .prepare_cached(
                 "UPDATE state SET revision = ?1, stored_bytes = ?2, node_count = ?3,
                         next_ino = ?4, next_cookie = ?5, next_block = ?6,
@@ -515,7 +678,7 @@ impl WriteTxn<'_> {
                 ])
             })
             .ctx("advancing the revision")?;
-        self.tx.commit().ctx("committing")
+        Ok(())
     }
 }
 

@@ -180,8 +180,9 @@ impl Workspace {
         name: &[u8],
         owner: NewNode,
     ) -> Result<()> {
-        // Buffered writes must be in the blocks we are about to share.
+        // Buffered writes and staged files must be in the blocks we are about to share.
         self.commit_all()?;
+        self.settle_staged()?;
         let now = self.now();
         self.db().write(|txn| {
             Workspace::check_new_entry(txn, parent, name)?;

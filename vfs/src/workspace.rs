@@ -56,6 +56,21 @@ pub struct Options {
     pub reader_pool_max: usize,
     /// Largest file size; past it, EFBIG.
     pub file_size_max: u64,
+    /// Commit mutations in batches at most this long after the first, instead of one
+    /// transaction each. A crash may then lose the last `commit_delay` of mutations that
+    /// were not fsynced (as a crash of a kernel filesystem loses its unsynced journal);
+    /// `fsync`, `sync` and closing the workspace commit at once. `None` (the default):
+    /// every mutation is durable against a process crash when it returns.
+    pub commit_delay: Option<std::time::Duration>,
+    /// Where staging files live (see `staging.rs`); `None` turns staging off. Files
+    /// staged before a crash are recovered from `<db>.staging` even when `None`.
+    pub staging_dir: Option<std::path::PathBuf>,
+    /// Clean staged files kept as a cache, in bytes and in files.
+    pub staging_cache_bytes: u64,
+    pub staging_cache_files: usize,
+    /// Files larger than this are not staged when opened for writing (materialising
+    /// them would cost too much); they are written through the buffer instead.
+    pub stage_size_max: u64,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -71,6 +86,11 @@ impl Default for Options {
             dirty_total_bytes_max: 128 << 20,
             reader_pool_max: 8,
             file_size_max: FILE_SIZE_MAX_DEFAULT,
+            commit_delay: None,
+            staging_dir: None,
+            staging_cache_bytes: 1 << 30,
+            staging_cache_files: 4096,
+            stage_size_max: 4 << 30,
             clock: Arc::new(SystemClock),
         }
     }
@@ -278,12 +298,14 @@ pub(crate) struct OpenState {
     pub(crate) written_at: Option<TimestampNs>,
 }
 
-struct HandleEntry {
-    open: Arc<OpenInode>,
-    flags: OpenFlags,
+pub(crate) struct HandleEntry {
+    pub(crate) open: Arc<OpenInode>,
+    pub(crate) flags: OpenFlags,
+    /// Set when the handle reads and writes a staging file instead of the buffer.
+    pub(crate) staged: Option<Arc<crate::staging::StagedFile>>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     db: Db,
     info: DbInfo,
     chunker: Chunker,
@@ -293,9 +315,38 @@ struct Inner {
     handles: Mutex<HashMap<u64, HandleEntry>>,
     next_handle: AtomicU64,
     dirty_total: AtomicUsize,
+    pub(crate) staging: Option<crate::staging::Staging>,
 }
 
 impl Workspace {
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    pub(crate) fn inner_arc(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Workspace {
+        Workspace { inner }
+    }
+
+    pub(crate) fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
+    pub(crate) fn chunker(&self) -> &Chunker {
+        &self.inner.chunker
+    }
+
+    pub(crate) fn zstd_level(&self) -> i32 {
+        self.inner.options.zstd_level
+    }
+
+    pub(crate) fn block_cache(&self) -> &BlockCache {
+        &self.inner.cache
+    }
+
     /// Forgets `bytes` of buffered writes that were committed or dropped.
     pub(crate) fn dirty_released(&self, bytes: usize) {
         self.inner.dirty_total.fetch_sub(bytes, Ordering::SeqCst);
@@ -339,6 +390,7 @@ impl Workspace {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Workspace> {
         let path = path.as_ref();
         let db_options = DbOptions {
+            commit_delay: options.commit_delay,
             create: options.create,
             read_only: options.read_only,
             chunk_sizes: options.chunk_sizes,
@@ -352,6 +404,7 @@ impl Workspace {
     /// A workspace that lives in memory only (tests, scratch work).
     pub fn open_in_memory(options: Options) -> Result<Workspace> {
         let db_options = DbOptions {
+            commit_delay: None,
             create: true,
             read_only: false,
             chunk_sizes: options.chunk_sizes,
@@ -363,6 +416,17 @@ impl Workspace {
 
     fn from_db(db: Db, info: DbInfo, options: Options) -> Result<Workspace> {
         let chunker = Chunker::new(info.chunk_sizes);
+        let staging = match (&options.staging_dir, db.is_read_only()) {
+            (Some(dir), false) => {
+                let (staging, _) = crate::staging::Staging::open(
+                    dir,
+                    options.staging_cache_bytes,
+                    options.staging_cache_files,
+                )?;
+                Some(staging)
+            }
+            _ => None,
+        };
         let workspace = Workspace {
             inner: Arc::new(Inner {
                 cache: BlockCache::new(options.block_cache_bytes),
@@ -374,10 +438,13 @@ impl Workspace {
                 handles: Mutex::new(HashMap::new()),
                 next_handle: AtomicU64::new(1),
                 dirty_total: AtomicUsize::new(0),
+                staging,
             }),
         };
         if !workspace.inner.db.is_read_only() {
             workspace.reap_orphans()?;
+            workspace.recover_staging()?;
+            workspace.start_staging_worker()?;
         }
         Ok(workspace)
     }
@@ -465,8 +532,11 @@ impl Workspace {
     }
 
     /// Reflects buffered writes (size, mtime) in attributes read from the database.
-    fn overlay(&self, mut attr: Attr) -> Attr {
+    pub(crate) fn overlay(&self, mut attr: Attr) -> Attr {
         if attr.kind != FileKind::File {
+            return attr;
+        }
+        if self.staged_overlay(&mut attr) {
             return attr;
         }
         let open = lock(&self.inner.open).get(&attr.ino).cloned();
@@ -682,11 +752,12 @@ impl Workspace {
     }
 
     pub(crate) fn delete_node(&self, txn: &mut WriteTxn<'_>, ino: InodeNo) -> Result<()> {
+        self.unstage_deleted(txn, ino)?;
         content::release_all(txn, &self.inner.cache, ino)?;
         store::delete_node_row(txn, ino)
     }
 
-    fn is_open(&self, ino: InodeNo) -> bool {
+    pub(crate) fn is_open(&self, ino: InodeNo) -> bool {
         lock(&self.inner.open).contains_key(&ino)
     }
 
@@ -835,6 +906,9 @@ impl Workspace {
 
     /// Changes attributes. A size change truncates or extends (with a hole) the file.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+        if let Some(staged) = self.staged_entry(ino) {
+            return self.staged_setattr(&staged, changes);
+        }
         let now = self.now();
         let resolve = |t: SetTime| match t {
             SetTime::Now => now,
@@ -969,6 +1043,14 @@ impl Workspace {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
         }
+        if let Some(staged) = self.staged_entry(ino) {
+            return self.attach(&staged, flags);
+        }
+        self.open_buffered(ino, flags)
+    }
+
+    /// Opens a handle on the write buffer of `ino` (no staging file).
+    pub(crate) fn open_buffered(&self, ino: InodeNo, flags: OpenFlags) -> Result<FileHandle> {
         let open = self.acquire(ino);
         let prepared = (|| {
             let mut state = lock(&open.state);
@@ -983,9 +1065,27 @@ impl Workspace {
             self.unacquire(&open);
             return Err(err);
         }
+        Ok(self.add_handle(HandleEntry {
+            open,
+            flags,
+            staged: None,
+        }))
+    }
+
+    pub(crate) fn add_handle(&self, entry: HandleEntry) -> FileHandle {
         let id = self.inner.next_handle.fetch_add(1, Ordering::SeqCst);
-        lock(&self.inner.handles).insert(id, HandleEntry { open, flags });
-        Ok(FileHandle(id))
+        lock(&self.inner.handles).insert(id, entry);
+        FileHandle(id)
+    }
+
+    /// The staging file a handle works on, if any.
+    pub(crate) fn handle_staged(
+        &self,
+        fh: FileHandle,
+    ) -> Result<Option<(Arc<crate::staging::StagedFile>, OpenFlags)>> {
+        let handles = lock(&self.inner.handles);
+        let entry = handles.get(&fh.0).ok_or_else(kind::BadHandle)?;
+        Ok(entry.staged.clone().map(|s| (s, entry.flags)))
     }
 
     fn handle(&self, fh: FileHandle) -> Result<(Arc<OpenInode>, OpenFlags)> {
@@ -1001,6 +1101,9 @@ impl Workspace {
 
     /// Reads up to `size` bytes at `offset`; fewer at the end of the file.
     pub fn read(&self, fh: FileHandle, offset: u64, size: usize) -> Result<Vec<u8>> {
+        if let Some((staged, _)) = self.handle_staged(fh)? {
+            return self.staged_read(&staged, offset, size);
+        }
         let (open, _) = self.handle(fh)?;
         let mut state = lock(&open.state);
         self.load_state(open.ino, &mut state)?;
@@ -1026,6 +1129,15 @@ impl Workspace {
 
     /// Writes `data` at `offset` (at the end with `append`). Returns the bytes written.
     pub fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Result<usize> {
+        self.write_with(fh, offset, data, true)
+    }
+
+    /// Like [`Workspace::write`]; without `stamp_times` the write leaves mtime and ctime
+    /// alone (the kernel's writeback cache keeps its own and sends them with setattr).
+    pub fn write_with(&self, fh: FileHandle, offset: u64, data: &[u8], stamp_times: bool) -> Result<usize> {
+        if let Some((staged, flags)) = self.handle_staged(fh)? {
+            return self.staged_write(&staged, flags, offset, data);
+        }
         let (open, flags) = self.handle(fh)?;
         if !flags.write {
             return Err(kind::BadHandle());
@@ -1062,7 +1174,9 @@ impl Workspace {
         let grown = state.dirty.bytes.saturating_sub(before);
         let total = self.inner.dirty_total.fetch_add(grown, Ordering::SeqCst) + grown;
         state.size = state.size.max(end);
-        state.written_at = Some(now);
+        if stamp_times {
+            state.written_at = Some(now);
+        }
         if total >= self.inner.options.dirty_total_bytes_max {
             // All buffers together are over their bound: commit them all, not only this
             // file's, so idle open files cannot hold memory without limit. Our own state
@@ -1078,6 +1192,10 @@ impl Workspace {
 
     /// Commits the handle's inode's buffered writes (called on every close).
     pub fn flush(&self, fh: FileHandle) -> Result<()> {
+        if self.handle_staged(fh)?.is_some() {
+            // The kernel wrote the staging file itself; it is ingested at release.
+            return Ok(());
+        }
         let (open, _) = self.handle(fh)?;
         let mut state = lock(&open.state);
         if !state.loaded {
@@ -1088,6 +1206,10 @@ impl Workspace {
 
     /// Commits and makes durable everything written through this handle's inode.
     pub fn fsync(&self, fh: FileHandle) -> Result<()> {
+        if let Some((staged, _)) = self.handle_staged(fh)? {
+            self.ingest(&staged)?;
+            return self.sync_wal();
+        }
         self.flush(fh)?;
         self.sync_wal()
     }
@@ -1097,6 +1219,9 @@ impl Workspace {
         let entry = lock(&self.inner.handles)
             .remove(&fh.0)
             .ok_or_else(kind::BadHandle)?;
+        if let Some(staged) = &entry.staged {
+            self.staged_release(staged, entry.flags);
+        }
         let open = entry.open;
         let committed = {
             let mut state = lock(&open.state);
@@ -1146,6 +1271,20 @@ impl Workspace {
         offset_out: u64,
         len: u64,
     ) -> Result<u64> {
+        let staged_in = self.handle_staged(fh_in)?;
+        let staged_out = self.handle_staged(fh_out)?;
+        if staged_in.is_some() || staged_out.is_some() {
+            let copied = self.staged_copy_range(
+                (fh_in, staged_in),
+                offset_in,
+                (fh_out, staged_out),
+                offset_out,
+                len,
+            )?;
+            if let Some(copied) = copied {
+                return Ok(copied);
+            }
+        }
         let (src, _) = self.handle(fh_in)?;
         let (dst, dst_flags) = self.handle(fh_out)?;
         if !dst_flags.write {
@@ -1227,6 +1366,9 @@ impl Workspace {
     /// `fallocate(2)` mode 0 and `FALLOC_FL_KEEP_SIZE`: make sure `[offset, offset + len)`
     /// is within the file. The store allocates on write, so nothing is reserved.
     pub fn allocate(&self, fh: FileHandle, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        if let Some((staged, flags)) = self.handle_staged(fh)? {
+            return self.staged_allocate(&staged, flags, offset, len, keep_size);
+        }
         let (open, flags) = self.handle(fh)?;
         if !flags.write {
             return Err(kind::BadHandle());
@@ -1251,6 +1393,7 @@ impl Workspace {
 
     /// Commits every buffered write and makes the database durable.
     pub fn sync(&self) -> Result<()> {
+        self.settle_staged()?;
         let open: Vec<Arc<OpenInode>> = lock(&self.inner.open).values().cloned().collect();
         for inode in open {
             let mut state = lock(&inode.state);
@@ -1262,7 +1405,8 @@ impl Workspace {
     }
 
     /// fsyncs the write-ahead log: every committed transaction survives power loss.
-    fn sync_wal(&self) -> Result<()> {
+    pub(crate) fn sync_wal(&self) -> Result<()> {
+        self.inner.db.commit()?;
         let Some(path) = self.inner.db.path() else {
             return Ok(());
         };
@@ -1539,6 +1683,10 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if let Some(staging) = &self.staging {
+            // Files still dirty are bound in the `staged` table: the next open ingests them.
+            staging.stop();
+        }
         // Handles still open when the workspace goes away: commit what they buffered.
         let open: Vec<Arc<OpenInode>> = self
             .open

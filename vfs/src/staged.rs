@@ -1,0 +1,736 @@
+//! The inode API for staged files: opening files so the kernel can read and write them
+//! directly (FUSE passthrough), and every operation on a handle or an inode that has a
+//! staging file. `staging.rs` owns the files; this module owns the rules:
+//!
+//! - A file opened for writing by the kernel is staged (materialised if it has content)
+//!   unless it is open through the write buffer already: one inode never has both.
+//! - Once staged, every open of the inode (reading too) uses the staging file, so all of
+//!   them see the same bytes.
+//! - A writer makes the file dirty, recorded in the `staged` table first, so a crash
+//!   loses nothing: the next open ingests it. The last writer's release queues the
+//!   ingestion on the worker thread; `fsync` ingests at once.
+//! - While dirty, size and times come from the staging file (the kernel updates them).
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use rusqlite::params;
+
+use crate::error::{kind, Error, Result, StorageContext};
+use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
+use crate::staging::{StagedFile, Staging, POOL_LOW};
+use crate::store;
+use crate::types::*;
+use crate::workspace::{lock, FileHandle, HandleEntry, Inner, OpenFlags, Workspace};
+
+/// How long a released file waits before the worker ingests it: short-lived files are
+/// deleted before they cost anything, and small files are ingested together.
+const INGEST_DELAY: Duration = Duration::from_millis(300);
+
+/// What `open_for_kernel` and `create_for_kernel` return.
+pub struct Opened {
+    pub handle: FileHandle,
+    /// The staging file the kernel should read and write directly, if any.
+    pub staged: Option<Arc<StagedFile>>,
+}
+
+/// Why a file was not staged.
+enum StageRefusal {
+    /// Served through the write buffer instead (too large, or open that way already).
+    UseBuffer,
+    Failed(Error),
+}
+
+impl From<Error> for StageRefusal {
+    fn from(err: Error) -> StageRefusal {
+        StageRefusal::Failed(err)
+    }
+}
+
+impl Workspace {
+    /// Whether this workspace stages files (so passthrough can be offered).
+    pub fn has_staging(&self) -> bool {
+        self.staging().is_some()
+    }
+
+    pub(crate) fn staging(&self) -> Option<&Staging> {
+        self.inner().staging.as_ref()
+    }
+
+    pub(crate) fn staged_entry(&self, ino: InodeNo) -> Option<Arc<StagedFile>> {
+        self.staging().and_then(|s| s.get(ino))
+    }
+
+    /// Opens a file for the kernel. With `passthrough`, a file opened for writing is
+    /// staged and the returned staging file should be handed to the kernel.
+    pub fn open_for_kernel(
+        &self,
+        ino: InodeNo,
+        flags: OpenFlags,
+        passthrough: bool,
+    ) -> Result<Opened> {
+        if flags.write && self.is_read_only() {
+            return Err(kind::ReadOnly());
+        }
+        if let Some(staged) = self.staged_entry(ino) {
+            let handle = self.attach(&staged, flags)?;
+            return Ok(Opened {
+                handle,
+                staged: Some(staged),
+            });
+        }
+        if passthrough && flags.write && self.has_staging() {
+            match self.stage(ino) {
+                Ok(staged) => {
+                    let handle = self.attach(&staged, flags)?;
+                    return Ok(Opened {
+                        handle,
+                        staged: Some(staged),
+                    });
+                }
+                Err(StageRefusal::UseBuffer) => {}
+                Err(StageRefusal::Failed(err)) => return Err(err),
+            }
+        }
+        let handle = self.open_buffered(ino, flags)?;
+        Ok(Opened {
+            handle,
+            staged: None,
+        })
+    }
+
+    /// Creates a regular file and opens it for the kernel, staged when `passthrough`.
+    pub fn create_for_kernel(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        owner: NewNode,
+        flags: OpenFlags,
+        passthrough: bool,
+    ) -> Result<(Attr, Opened)> {
+        let Some(staging) = self.staging().filter(|_| passthrough) else {
+            let (attr, handle) = self.create(parent, name, owner, flags)?;
+            return Ok((
+                attr,
+                Opened {
+                    handle,
+                    staged: None,
+                },
+            ));
+        };
+        let file = staging.reserve()?;
+        let now = self.now();
+        let created = self.db().write(|txn| {
+            Workspace::check_new_entry(txn, parent, name)?;
+            let ino = store::insert_node(txn, FileKind::File, owner, 0, None, now)?;
+            store::insert_dirent(txn, parent, name, ino)?;
+            store::touch_dir(txn, parent, 0, now)?;
+            txn.execute(
+                "INSERT INTO staged (ino, file) VALUES (?1, ?2)",
+                params![ino.0 as i64, file],
+            )
+            .ctx("recording a staging file")?;
+            store::attr(txn, ino)
+        });
+        let attr = match created {
+            Ok(attr) => attr,
+            Err(err) => {
+                staging.recycle(file);
+                return Err(err);
+            }
+        };
+        let staged = staging.bind(attr.ino, &file, true)?;
+        staged.set_times(Some(attr.atime), Some(attr.mtime))?;
+        lock(&staging.entries).insert(attr.ino, staged.clone());
+        let handle = self.attach(
+            &staged,
+            OpenFlags {
+                truncate: false,
+                ..flags
+            },
+        )?;
+        Ok((
+            attr,
+            Opened {
+                handle,
+                staged: Some(staged),
+            },
+        ))
+    }
+
+    /// Stages `ino`: binds a staging file and fills it with the stored content.
+    fn stage(&self, ino: InodeNo) -> Result<Arc<StagedFile>, StageRefusal> {
+        let staging = self
+            .staging()
+            .expect("stage is only called with staging on");
+        let _one_at_a_time = lock(&staging.create_lock);
+        if let Some(staged) = staging.get(ino) {
+            return Ok(staged);
+        }
+        // An open through the buffer (or a buffered write in progress) keeps the inode
+        // out of staging: the kernel cannot mix cached and passthrough opens.
+        if self.is_open(ino) {
+            return Err(StageRefusal::UseBuffer);
+        }
+        let attr = self.db().read(|conn| store::attr(conn, ino))?;
+        if attr.kind != FileKind::File {
+            return Err(StageRefusal::Failed(if attr.is_dir() {
+                kind::IsDir()
+            } else {
+                Error::invalid("not a regular file")
+            }));
+        }
+        if attr.size > self.options().stage_size_max {
+            return Err(StageRefusal::UseBuffer);
+        }
+        let file = staging.reserve()?;
+        let staged = match self.fill_staging(staging, ino, &file, &attr) {
+            Ok(staged) => staged,
+            Err(err) => {
+                staging.recycle(file);
+                return Err(err.into());
+            }
+        };
+        lock(&staging.entries).insert(ino, staged.clone());
+        Ok(staged)
+    }
+
+    fn fill_staging(
+        &self,
+        staging: &Staging,
+        ino: InodeNo,
+        file: &str,
+        attr: &Attr,
+    ) -> Result<Arc<StagedFile>> {
+        let staged = staging.bind(ino, file, false)?;
+        if attr.size > 0 {
+            self.materialize(ino, &staged, attr.size)?;
+        }
+        staged.set_times(Some(attr.atime), Some(attr.mtime))?;
+        Ok(staged)
+    }
+
+    /// Opens a handle on a staged file. A writer marks it dirty, durably first.
+    pub(crate) fn attach(&self, staged: &Arc<StagedFile>, flags: OpenFlags) -> Result<FileHandle> {
+        {
+            let mut state = lock(&staged.state);
+            if flags.write && !state.dirty {
+                self.record_staged(staged)?;
+                state.dirty = true;
+            }
+            state.users += 1;
+            if flags.write {
+                state.writers += 1;
+                state.version += 1;
+            }
+            state.last_used = Instant::now();
+        }
+        if flags.write && flags.truncate {
+            staged.set_len(0)?;
+        }
+        let open = self.acquire(staged.ino);
+        Ok(self.add_handle(HandleEntry {
+            open,
+            flags,
+            staged: Some(staged.clone()),
+        }))
+    }
+
+    /// Records in the database that `staged` may hold content the store lacks.
+    fn record_staged(&self, staged: &StagedFile) -> Result<()> {
+        self.db().write(|txn| {
+            txn.skip_quota();
+            txn.execute(
+                "INSERT OR REPLACE INTO staged (ino, file) VALUES (?1, ?2)",
+                params![staged.ino.0 as i64, staged.name],
+            )
+            .ctx("recording a staging file")?;
+            Ok(())
+        })
+    }
+
+    /// Marks a staged file changed outside a writer handle (truncate, times).
+    fn mark_changed(&self, staged: &StagedFile) -> Result<()> {
+        let mut state = lock(&staged.state);
+        if !state.dirty {
+            self.record_staged(staged)?;
+            state.dirty = true;
+        }
+        state.version += 1;
+        let idle = state.writers == 0;
+        drop(state);
+        if idle {
+            if let Some(staging) = self.staging() {
+                staging.enqueue(staged.ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// A handle on a staged file is closed: the last writer queues the ingestion.
+    pub(crate) fn staged_release(&self, staged: &StagedFile, flags: OpenFlags) {
+        let ingest = {
+            let mut state = lock(&staged.state);
+            state.users = state.users.saturating_sub(1);
+            if flags.write {
+                state.writers = state.writers.saturating_sub(1);
+            }
+            state.last_used = Instant::now();
+            state.writers == 0 && state.dirty
+        };
+        if ingest {
+            if let Some(staging) = self.staging() {
+                staging.enqueue(staged.ino);
+            }
+        }
+    }
+
+    pub(crate) fn staged_read(
+        &self,
+        staged: &StagedFile,
+        offset: u64,
+        size: usize,
+    ) -> Result<Vec<u8>> {
+        let (file_size, _, _) = staged.stat()?;
+        let end = file_size.min(offset.saturating_add(size as u64));
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut buf = vec![0u8; (end - offset) as usize];
+        let got = staged.read_at(&mut buf, offset)?;
+        buf.truncate(got);
+        Ok(buf)
+    }
+
+    pub(crate) fn staged_write(
+        &self,
+        staged: &StagedFile,
+        flags: OpenFlags,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<usize> {
+        if !flags.write {
+            return Err(kind::BadHandle());
+        }
+        let offset = if flags.append {
+            staged.stat()?.0
+        } else {
+            offset
+        };
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(kind::FileTooBig)?;
+        if end > self.file_size_max() {
+            return Err(kind::FileTooBig());
+        }
+        staged.write_at(data, offset)?;
+        Ok(data.len())
+    }
+
+    pub(crate) fn staged_allocate(
+        &self,
+        staged: &StagedFile,
+        flags: OpenFlags,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> Result<()> {
+        if !flags.write {
+            return Err(kind::BadHandle());
+        }
+        let end = offset.checked_add(len).ok_or_else(kind::FileTooBig)?;
+        if end > self.file_size_max() {
+            return Err(kind::FileTooBig());
+        }
+        let mode = if keep_size {
+            libc::FALLOC_FL_KEEP_SIZE
+        } else {
+            0
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(staged.file());
+        // SAFETY: a valid fd; fallocate has no memory effects.
+        let rc = unsafe { libc::fallocate(fd, mode, offset as libc::off_t, len as libc::off_t) };
+        if rc != 0 {
+            return Err(Error::io(
+                staged.name.clone(),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Attribute changes on a staged inode: size and times go to the staging file too.
+    pub(crate) fn staged_setattr(&self, staged: &StagedFile, changes: &SetAttr) -> Result<Attr> {
+        let now = self.now();
+        let resolve = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(at) => at,
+        };
+        if let Some(size) = changes.size {
+            if size > self.file_size_max() {
+                return Err(kind::FileTooBig());
+            }
+            staged.set_len(size)?;
+            self.mark_changed(staged)?;
+        }
+        let atime = changes.atime.map(resolve);
+        let mtime = changes.mtime.map(resolve);
+        if atime.is_some() || mtime.is_some() {
+            staged.set_times(atime, mtime)?;
+        }
+        let ino = staged.ino;
+        let rest = SetAttr {
+            size: None,
+            ..changes.clone()
+        };
+        if !rest.is_empty() || changes.size.is_some() {
+            self.db().write(|txn| {
+                let mut attr = store::attr(txn, ino)?;
+                if let Some(perm) = rest.perm {
+                    attr.perm = perm & 0o7777;
+                }
+                if let Some(uid) = rest.uid {
+                    attr.uid = uid;
+                }
+                if let Some(gid) = rest.gid {
+                    attr.gid = gid;
+                }
+                if let Some(at) = atime {
+                    attr.atime = at;
+                }
+                if let Some(at) = mtime {
+                    attr.mtime = at;
+                }
+                attr.ctime = rest.ctime.unwrap_or(now);
+                store::store_attr(txn, &attr)
+            })?;
+        }
+        self.getattr(ino)
+    }
+
+    /// While a staged file is dirty its size and times are the staging file's.
+    pub(crate) fn staged_overlay(&self, attr: &mut Attr) -> bool {
+        let Some(staged) = self.staged_entry(attr.ino) else {
+            return false;
+        };
+        if !lock(&staged.state).dirty {
+            return false;
+        }
+        match staged.stat() {
+            Ok((size, mtime, ctime)) => {
+                attr.size = size;
+                attr.mtime = mtime;
+                attr.ctime = attr.ctime.max(ctime);
+                true
+            }
+            Err(err) => {
+                tracing::warn!("failed to stat the staging file of {}: {err}", attr.ino);
+                false
+            }
+        }
+    }
+
+    /// `copy_file_range` where either side is staged. `Ok(None)`: the source was
+    /// ingested and the buffered path should do the copy (sharing blocks).
+    pub(crate) fn staged_copy_range(
+        &self,
+        (fh_in, staged_in): (FileHandle, Option<(Arc<StagedFile>, OpenFlags)>),
+        offset_in: u64,
+        (_fh_out, staged_out): (FileHandle, Option<(Arc<StagedFile>, OpenFlags)>),
+        offset_out: u64,
+        len: u64,
+    ) -> Result<Option<u64>> {
+        let Some((dst, dst_flags)) = staged_out else {
+            // Into the buffer: put the source's bytes in the store, then share blocks.
+            if let Some((src, _)) = &staged_in {
+                if self.ingest(src)? == IngestOutcome::StillDirty {
+                    // A writer is still at work on the source: copy its current bytes.
+                    return Ok(None);
+                }
+            }
+            return Ok(None);
+        };
+        if !dst_flags.write {
+            return Err(kind::BadHandle());
+        }
+        if offset_out
+            .checked_add(len)
+            .is_none_or(|end| end > self.file_size_max())
+        {
+            return Err(kind::FileTooBig());
+        }
+        if let Some((src, _)) = &staged_in {
+            return copy_between_files(src, offset_in, &dst, offset_out, len).map(Some);
+        }
+        // From the store into the staging file, through memory in bounded pieces.
+        const PIECE: u64 = 1 << 20;
+        let mut done = 0;
+        while done < len {
+            let piece = self.read(fh_in, offset_in + done, PIECE.min(len - done) as usize)?;
+            if piece.is_empty() {
+                break;
+            }
+            dst.write_at(&piece, offset_out + done)?;
+            done += piece.len() as u64;
+        }
+        Ok(Some(done))
+    }
+
+    /// Unbinds the staging file of a node being deleted (inside its transaction); the
+    /// file is recycled once the deletion is committed.
+    pub(crate) fn unstage_deleted(
+        &self,
+        txn: &crate::db::WriteTxn<'_>,
+        ino: InodeNo,
+    ) -> Result<()> {
+        let Some(staging) = self.staging() else {
+            return Ok(());
+        };
+        txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
+            .ctx("unbinding a staging file")?;
+        if let Some(staged) = lock(&staging.entries).remove(&ino) {
+            lock(&staging.doomed).push(staged);
+        }
+        Ok(())
+    }
+
+    /// Ingests every dirty staged file that has no writer left.
+    pub(crate) fn settle_staged(&self) -> Result<()> {
+        let Some(staging) = self.staging() else {
+            return Ok(());
+        };
+        for staged in staging.snapshot() {
+            let idle_dirty = {
+                let state = lock(&staged.state);
+                state.dirty && state.writers == 0
+            };
+            if idle_dirty {
+                self.ingest(&staged)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a crash: ingests every file the `staged` table still binds, then puts the
+    /// other files of the staging directory back in the pool.
+    pub(crate) fn recover_staging(&self) -> Result<()> {
+        let bound: Vec<(InodeNo, String)> = self.db().read(|conn| {
+            let mut stmt = conn
+                .prepare("SELECT ino, file FROM staged")
+                .ctx("reading staged files")?;
+            let rows = stmt
+                .query_map([], |row| {
+                    Ok((
+                        InodeNo(row.get::<_, i64>(0)? as u64),
+                        row.get::<_, String>(1)?,
+                    ))
+                })
+                .ctx("reading staged files")?;
+            rows.map(|r| r.ctx("reading staged files")).collect()
+        })?;
+        let temporary;
+        let staging = match self.staging() {
+            Some(staging) => staging,
+            None if bound.is_empty() => return Ok(()),
+            None => {
+                let Some(db_path) = self.db().path() else {
+                    return Ok(());
+                };
+                let mut dir = db_path.as_os_str().to_owned();
+                dir.push(".staging");
+                temporary = Staging::open(std::path::Path::new(&dir), 0, 0)?.0;
+                &temporary
+            }
+        };
+        let (_, existing) = Staging::open(staging.dir(), 0, 0)?;
+        let mut recovered = std::collections::HashSet::new();
+        for (ino, file) in &bound {
+            if !existing.contains(file) {
+                tracing::warn!(
+                    "{ino}: its staging file {file} is gone; keeping the stored content"
+                );
+                self.db().write(|txn| {
+                    txn.skip_quota();
+                    txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
+                        .ctx("unbinding")?;
+                    Ok(())
+                })?;
+                continue;
+            }
+            let staged = staging.bind(*ino, file, true)?;
+            match self.ingest(&staged)? {
+                IngestOutcome::Clean | IngestOutcome::Gone => {}
+                IngestOutcome::StillDirty => {
+                    return Err(Error::corrupt(format!(
+                        "{ino}: recovery of {file} did not complete"
+                    )));
+                }
+            }
+            tracing::info!("{ino}: recovered staged content from {file}");
+            recovered.insert(file.clone());
+        }
+        if self.staging().is_some() {
+            for name in existing {
+                staging.recycle(name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the thread that ingests released files, recycles deleted ones, evicts the
+    /// cache and refills the pool.
+    pub(crate) fn start_staging_worker(&self) -> Result<()> {
+        let Some(staging) = self.staging() else {
+            return Ok(());
+        };
+        // A first pool before the mount is used, so early creates find files ready.
+        staging.refill(POOL_LOW)?;
+        let queue = staging.queue.clone();
+        let weak: Weak<Inner> = Arc::downgrade(self.inner_arc());
+        std::thread::Builder::new()
+            .name("vfs-ingest".into())
+            .spawn(move || loop {
+                let pending = {
+                    let (shared, wake) = &*queue;
+                    let mut state = lock(shared);
+                    let wait = match state.first_queued {
+                        None => Duration::from_millis(500),
+                        Some(at) => INGEST_DELAY.saturating_sub(at.elapsed()),
+                    };
+                    if !wait.is_zero() && !state.stop {
+                        state = wake
+                            .wait_timeout(state, wait)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                    if state.stop {
+                        return;
+                    }
+                    let settled = state
+                        .first_queued
+                        .is_some_and(|at| at.elapsed() >= INGEST_DELAY);
+                    if settled {
+                        state.first_queued = None;
+                        std::mem::take(&mut state.pending)
+                    } else {
+                        Vec::new()
+                    }
+                };
+                let Some(inner) = weak.upgrade() else { return };
+                let ws = Workspace::from_inner(inner);
+                ws.staging_work(pending);
+            })
+            .map_err(|e| Error::io("ingest thread", e))?;
+        Ok(())
+    }
+
+    fn staging_work(&self, mut pending: Vec<InodeNo>) {
+        let Some(staging) = self.staging() else {
+            return;
+        };
+        pending.sort_unstable();
+        pending.dedup();
+        let mut small = Vec::new();
+        for ino in pending {
+            // Deleted meanwhile (a temporary file): nothing to ingest.
+            let Some(staged) = staging.get(ino) else {
+                continue;
+            };
+            let size = staged.stat().map(|(size, _, _)| size).unwrap_or(u64::MAX);
+            if size <= SMALL_FILE_BYTES {
+                small.push(staged);
+                continue;
+            }
+            if let Err(err) = self.ingest(&staged) {
+                tracing::warn!("failed to ingest {ino} (kept staged, retried later): {err}");
+            }
+        }
+        for batch in small.chunks(SMALL_FILES_PER_BATCH) {
+            if let Err(err) = self.ingest_small(batch) {
+                tracing::warn!(
+                    "failed to ingest {} small files (kept staged): {err}",
+                    batch.len()
+                );
+            }
+        }
+        // Deleted nodes: recycle their files once the deletion is committed.
+        let doomed = std::mem::take(&mut *lock(&staging.doomed));
+        for staged in doomed {
+            let exists = self
+                .db()
+                .read(|conn| Ok(store::load_attr(conn, staged.ino)?.is_some()));
+            match exists {
+                Ok(false) => recycle(staging, staged),
+                // The deletion was rolled back: the node keeps its staging file.
+                Ok(true) => {
+                    lock(&staging.entries).entry(staged.ino).or_insert(staged);
+                }
+                Err(_) => lock(&staging.doomed).push(staged),
+            }
+        }
+        for staged in staging.eviction_candidates() {
+            let mut entries = lock(&staging.entries);
+            let state = lock(&staged.state);
+            if state.users == 0 && !state.dirty && !state.ingesting {
+                entries.remove(&staged.ino);
+                drop(state);
+                drop(entries);
+                recycle(staging, staged);
+            }
+        }
+        // Deletions and evictions refill the pool; top it up only when they did not.
+        if staging.pool_len() < POOL_LOW {
+            if let Err(err) = staging.refill(POOL_LOW) {
+                tracing::warn!("failed to refill the staging pool: {err}");
+            }
+        }
+    }
+}
+
+fn recycle(staging: &Staging, staged: Arc<StagedFile>) {
+    let name = staged.name.clone();
+    drop(staged);
+    staging.recycle(name);
+}
+
+/// Copies between two staging files in the kernel (`copy_file_range(2)`).
+fn copy_between_files(
+    src: &StagedFile,
+    offset_in: u64,
+    dst: &StagedFile,
+    offset_out: u64,
+    len: u64,
+) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    let (size, _, _) = src.stat()?;
+    let len = len.min(size.saturating_sub(offset_in));
+    let mut off_in = offset_in as libc::loff_t;
+    let mut off_out = offset_out as libc::loff_t;
+    let mut done = 0u64;
+    while done < len {
+        let want = (len - done).min(1 << 30) as usize;
+        // SAFETY: valid fds and offset pointers.
+        let n = unsafe {
+            libc::copy_file_range(
+                src.file().as_raw_fd(),
+                &mut off_in,
+                dst.file().as_raw_fd(),
+                &mut off_out,
+                want,
+                0,
+            )
+        };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::io(dst.name.clone(), err));
+        }
+        if n == 0 {
+            break;
+        }
+        done += n as u64;
+    }
+    Ok(done)
+}

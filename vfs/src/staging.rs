@@ -1,0 +1,352 @@
+//! Staging: plain local files that hold the current content of files being written, so
+//! the kernel can read and write them directly (FUSE passthrough) at the speed of the
+//! local disk. The store stays the authority: a staged file is *ingested* (chunked,
+//! hashed, stored) when its last writer closes it, when it is fsynced, and after a crash.
+//!
+//! Life of a staging file:
+//! - **pool**: empty files named `pool-N` in the staging directory, created ahead so a
+//!   `create(2)` in the mount does not pay for a file creation on the local disk. Files
+//!   come back to the pool (truncated) instead of being deleted.
+//! - **staged**: bound to an inode. The `staged` table of the database records the
+//!   binding in the same transaction that creates it, so a crash before ingestion loses
+//!   nothing: the next open ingests every recorded file.
+//! - **dirty**: may differ from the store. Opening for writing makes it dirty; ingesting
+//!   with no writer left makes it clean.
+//! - **clean**: same content as the store; kept as a cache (bounded in bytes and files)
+//!   so reopening a recently written file needs no materialisation.
+//!
+//! Memory stays bounded whatever the file size: ingestion streams the file through the
+//! chunker with a window of one maximum block.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::types::{InodeNo, TimestampNs};
+use crate::workspace::lock;
+
+/// Empty files kept ready in the pool: filled at open and topped up in the background.
+/// Recycled files come back beyond it (up to `POOL_RECYCLED_MAX`).
+pub(crate) const POOL_LOW: usize = 64;
+pub(crate) const POOL_RECYCLED_MAX: usize = 8192;
+
+/// One staging file bound to an inode.
+pub struct StagedFile {
+    pub(crate) ino: InodeNo,
+    /// The file name inside the staging directory.
+    pub(crate) name: String,
+    file: File,
+    pub(crate) state: Mutex<StagedState>,
+    /// Held for the whole of an ingestion: one at a time per file.
+    pub(crate) ingest_serial: Mutex<()>,
+}
+
+#[derive(Debug)]
+pub(crate) struct StagedState {
+    /// Open handles on this file.
+    pub users: u32,
+    /// Open handles that may write.
+    pub writers: u32,
+    /// The file may differ from the store.
+    pub dirty: bool,
+    /// Bumped whenever the content may have changed; ingestion compares it to know
+    /// whether what it stored is still current.
+    pub version: u64,
+    /// An ingestion is running; others wait.
+    pub ingesting: bool,
+    pub last_used: Instant,
+    /// Bytes of the file as last ingested (for the cache bound, without a stat).
+    pub size: u64,
+}
+
+impl StagedFile {
+    /// The staging file, for the kernel (passthrough) and for `pread`/`pwrite`.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub fn inode(&self) -> InodeNo {
+        self.ino
+    }
+
+    /// Size and times of the staged content as the kernel left them.
+    pub(crate) fn stat(&self) -> Result<(u64, TimestampNs, TimestampNs)> {
+        let meta = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io(self.name.clone(), e))?;
+        let mtime = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
+        let ctime = meta.ctime() * 1_000_000_000 + meta.ctime_nsec();
+        Ok((meta.len(), mtime, ctime))
+    }
+
+    pub(crate) fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(self.name.clone(), e)),
+            }
+        }
+        Ok(done)
+    }
+
+    pub(crate) fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| Error::io(self.name.clone(), e))
+    }
+
+    pub(crate) fn set_len(&self, size: u64) -> Result<()> {
+        self.file
+            .set_len(size)
+            .map_err(|e| Error::io(self.name.clone(), e))
+    }
+
+    pub(crate) fn set_times(
+        &self,
+        atime: Option<TimestampNs>,
+        mtime: Option<TimestampNs>,
+    ) -> Result<()> {
+        let spec = |t: Option<TimestampNs>| match t {
+            Some(ns) => libc::timespec {
+                tv_sec: ns.div_euclid(1_000_000_000) as libc::time_t,
+                tv_nsec: ns.rem_euclid(1_000_000_000) as _,
+            },
+            None => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+        };
+        let times = [spec(atime), spec(mtime)];
+        // SAFETY: a valid fd and two valid timespecs.
+        let rc =
+            unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(&self.file), times.as_ptr()) };
+        if rc != 0 {
+            return Err(Error::io(
+                self.name.clone(),
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The staging directory and the files in it.
+///
+/// Lock order: `entries`, then a file's `state`, then the database writer. `entries` is
+/// never held while waiting for anything else.
+pub(crate) struct Staging {
+    dir: PathBuf,
+    pool: Mutex<Vec<String>>,
+    next_name: AtomicU64,
+    pub(crate) entries: Mutex<HashMap<InodeNo, Arc<StagedFile>>>,
+    /// Serialises the creation of staged files (materialisation included).
+    pub(crate) create_lock: Mutex<()>,
+    /// Entries whose node was deleted; recycled once the deletion is committed.
+    pub(crate) doomed: Mutex<Vec<Arc<StagedFile>>>,
+    /// Bytes of clean, unused staged files kept as a cache.
+    pub(crate) cache_bytes_max: u64,
+    /// Clean, unused staged files kept as a cache.
+    pub(crate) cache_files_max: usize,
+    /// Work for the ingest worker; shared with it so it can wait without keeping the
+    /// workspace alive.
+    pub(crate) queue: Arc<(Mutex<IngestQueue>, Condvar)>,
+}
+
+#[derive(Default)]
+pub(crate) struct IngestQueue {
+    pub pending: Vec<InodeNo>,
+    /// When the oldest pending file was queued: the worker lets files settle a moment,
+    /// so short-lived files are never ingested and small ones go in together.
+    pub first_queued: Option<Instant>,
+    pub stop: bool,
+}
+
+impl Staging {
+    /// Opens (creating) the staging directory. Names of files already there are
+    /// returned so the caller can recover the ones the database still binds.
+    pub fn open(
+        dir: &Path,
+        cache_bytes_max: u64,
+        cache_files_max: usize,
+    ) -> Result<(Staging, Vec<String>)> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
+        let mut existing = Vec::new();
+        let mut highest = 0u64;
+        for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir.display().to_string(), e))? {
+            let entry = entry.map_err(|e| Error::io(dir.display().to_string(), e))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if let Some(n) = name
+                .strip_prefix("pool-")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                highest = highest.max(n);
+                existing.push(name);
+            }
+        }
+        let staging = Staging {
+            dir: dir.to_path_buf(),
+            pool: Mutex::new(Vec::new()),
+            next_name: AtomicU64::new(highest + 1),
+            entries: Mutex::new(HashMap::new()),
+            create_lock: Mutex::new(()),
+            doomed: Mutex::new(Vec::new()),
+            cache_bytes_max,
+            cache_files_max,
+            queue: Arc::new((Mutex::new(IngestQueue::default()), Condvar::new())),
+        };
+        Ok((staging, existing))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Puts an existing, unbound file back in the pool (emptied).
+    pub fn recycle(&self, name: String) {
+        let path = self.path(&name);
+        let emptied = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_len(0));
+        let mut pool = lock(&self.pool);
+        if emptied.is_ok() && pool.len() < POOL_RECYCLED_MAX {
+            pool.push(name);
+        } else {
+            drop(pool);
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
+    /// Creates files until the pool holds `target`. Run off the request path.
+    pub fn refill(&self, target: usize) -> Result<()> {
+        while lock(&self.pool).len() < target {
+            let name = self.new_name();
+            let path = self.path(&name);
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| Error::io(path.display().to_string(), e))?;
+            lock(&self.pool).push(name);
+        }
+        Ok(())
+    }
+
+    pub fn pool_len(&self) -> usize {
+        lock(&self.pool).len()
+    }
+
+    fn new_name(&self) -> String {
+        format!("pool-{}", self.next_name.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Names an empty staging file: one from the pool, or a new one. The caller records
+    /// it in the database, then [`Staging::bind`]s it, or gives it back with
+    /// [`Staging::recycle`].
+    pub fn reserve(&self) -> Result<String> {
+        if let Some(name) = lock(&self.pool).pop() {
+            return Ok(name);
+        }
+        let name = self.new_name();
+        let path = self.path(&name);
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        Ok(name)
+    }
+
+    /// Opens staging file `name` as the staged content of `ino`.
+    pub fn bind(&self, ino: InodeNo, name: &str, dirty: bool) -> Result<Arc<StagedFile>> {
+        let path = self.path(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        Ok(Arc::new(StagedFile {
+            ino,
+            name: name.to_owned(),
+            file,
+            state: Mutex::new(StagedState {
+                users: 0,
+                writers: 0,
+                dirty,
+                version: u64::from(dirty),
+                ingesting: false,
+                last_used: Instant::now(),
+                size: 0,
+            }),
+            ingest_serial: Mutex::new(()),
+        }))
+    }
+
+    /// Wakes the worker to ingest `ino`.
+    pub fn enqueue(&self, ino: InodeNo) {
+        let (queue, wake) = &*self.queue;
+        let mut queue = lock(queue);
+        queue.pending.push(ino);
+        queue.first_queued.get_or_insert_with(Instant::now);
+        wake.notify_one();
+    }
+
+    /// Tells the worker to stop (it does once it holds no work).
+    pub fn stop(&self) {
+        let (queue, wake) = &*self.queue;
+        lock(queue).stop = true;
+        wake.notify_all();
+    }
+
+    /// Every entry, for a pass that must not hold the table while it works.
+    pub fn snapshot(&self) -> Vec<Arc<StagedFile>> {
+        lock(&self.entries).values().cloned().collect()
+    }
+
+    pub fn get(&self, ino: InodeNo) -> Option<Arc<StagedFile>> {
+        lock(&self.entries).get(&ino).cloned()
+    }
+
+    /// Clean, unused entries beyond the cache bounds, least recently used first.
+    pub fn eviction_candidates(&self) -> Vec<Arc<StagedFile>> {
+        let mut clean: Vec<(Instant, u64, Arc<StagedFile>)> = Vec::new();
+        for staged in self.snapshot() {
+            let state = lock(&staged.state);
+            if state.users == 0 && !state.dirty && !state.ingesting {
+                let (last_used, size) = (state.last_used, state.size);
+                drop(state);
+                clean.push((last_used, size, staged));
+            }
+        }
+        clean.sort_by_key(|(at, _, _)| *at);
+        let mut bytes: u64 = clean.iter().map(|(_, size, _)| size).sum();
+        let mut files = clean.len();
+        let mut out = Vec::new();
+        for (_, size, staged) in clean {
+            if bytes <= self.cache_bytes_max && files <= self.cache_files_max {
+                break;
+            }
+            bytes -= size;
+            files -= 1;
+            out.push(staged);
+        }
+        out
+    }
+}
