@@ -45,6 +45,8 @@ pub struct MountConfig {
     pub writeback_cache: bool,
     /// Let the kernel read and write staged files directly (FUSE passthrough).
     pub passthrough: bool,
+    /// Count requests and the time spent on each kind; log the table at unmount.
+    pub op_stats: bool,
 }
 
 /// The filesystem the kernel talks to.
@@ -58,6 +60,31 @@ pub struct WorkspaceFs {
     /// The kernel's registration of each staging file in use: one per inode, shared by
     /// its handles, dropped (BACKING_CLOSE) with the last of them.
     backing: Mutex<BackingTable>,
+    stats: Option<OpStats>,
+}
+
+/// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
+#[derive(Default)]
+struct OpStats {
+    ops: Mutex<HashMap<&'static str, (u64, Duration)>>,
+}
+
+/// Adds the time until it is dropped to one operation's total.
+struct OpTimer<'a> {
+    stats: Option<&'a OpStats>,
+    op: &'static str,
+    started: std::time::Instant,
+}
+
+impl Drop for OpTimer<'_> {
+    fn drop(&mut self) {
+        if let Some(stats) = self.stats {
+            let mut ops = stats.ops.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = ops.entry(self.op).or_default();
+            entry.0 += 1;
+            entry.1 += self.started.elapsed();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -73,11 +100,37 @@ impl WorkspaceFs {
     pub fn new(ws: Workspace, config: MountConfig) -> WorkspaceFs {
         WorkspaceFs {
             ws,
-            config,
             writeback: false,
             passthrough: AtomicBool::new(false),
             backing: Mutex::new(BackingTable::default()),
+            stats: config.op_stats.then(OpStats::default),
+            config,
         }
+    }
+
+    fn timer(&self, op: &'static str) -> OpTimer<'_> {
+        OpTimer {
+            stats: self.stats.as_ref(),
+            op,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The per-operation table, busiest first.
+    fn op_stats_report(&self) -> Option<String> {
+        let stats = self.stats.as_ref()?;
+        let ops = stats.ops.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rows: Vec<_> = ops.iter().map(|(op, (n, t))| (*op, *n, *t)).collect();
+        rows.sort_by_key(|(_, _, t)| std::cmp::Reverse(*t));
+        let mut out = String::from("operation        count   total ms   mean us\n");
+        for (op, n, t) in rows {
+            let mean = t.as_secs_f64() * 1e6 / n.max(1) as f64;
+            out.push_str(&format!(
+                "{op:<15} {n:>7} {:>10.1} {mean:>9.1}\n",
+                t.as_secs_f64() * 1e3
+            ));
+        }
+        Some(out)
     }
 
     fn backing(&self) -> std::sync::MutexGuard<'_, BackingTable> {
@@ -323,6 +376,10 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn destroy(&mut self) {
+        if let Some(report) = self.op_stats_report() {
+            tracing::info!("FUSE requests served:\n{report}");
+            eprintln!("FUSE requests served:\n{report}");
+        }
         if !self.config.read_only {
             if let Err(err) = self.ws.checkpoint() {
                 tracing::error!("failed to flush the workspace at unmount: {err}");
@@ -331,6 +388,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _timer = self.timer("lookup");
         match self.ws.lookup(ino(parent), name.as_bytes()) {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
             Err(Error::NotFound(_)) => {
@@ -341,6 +399,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn getattr(&self, _req: &Request, inode: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _timer = self.timer("getattr");
         match self.ws.getattr(ino(inode)) {
             Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
             Err(err) => reply.error(errno(&err)),
@@ -365,6 +424,7 @@ impl Filesystem for WorkspaceFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _timer = self.timer("setattr");
         let mut changes = SetAttr {
             perm: mode.map(|m| m & 0o7777),
             uid,
@@ -393,6 +453,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn readlink(&self, _req: &Request, inode: INodeNo, reply: ReplyData) {
+        let _timer = self.timer("readlink");
         match self.ws.readlink(ino(inode)) {
             Ok(target) => reply.data(&target),
             Err(err) => reply.error(errno(&err)),
@@ -409,6 +470,7 @@ impl Filesystem for WorkspaceFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timer("mknod");
         let Some(kind) = FileKind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -430,6 +492,7 @@ impl Filesystem for WorkspaceFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timer("mkdir");
         let result = self
             .ws
             .mkdir(ino(parent), name.as_bytes(), owner(req, mode));
@@ -437,6 +500,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.timer("unlink");
         match self.ws.unlink(ino(parent), name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
@@ -444,6 +508,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.timer("rmdir");
         match self.ws.rmdir(ino(parent), name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
@@ -458,6 +523,7 @@ impl Filesystem for WorkspaceFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timer("symlink");
         let result = self.ws.symlink(
             ino(parent),
             link_name.as_bytes(),
@@ -477,6 +543,7 @@ impl Filesystem for WorkspaceFs {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timer("rename");
         let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
         if !(flags - known).is_empty() {
             return reply.error(Errno::EINVAL);
@@ -505,11 +572,13 @@ impl Filesystem for WorkspaceFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timer("link");
         let result = self.ws.link(ino(inode), ino(newparent), newname.as_bytes());
         self.reply_entry(reply, result);
     }
 
     fn open(&self, _req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let _timer = self.timer("open");
         let flags = self.open_flags(flags.0);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let opened = match self.ws.open_for_kernel(ino(inode), flags, passthrough) {
@@ -542,6 +611,7 @@ impl Filesystem for WorkspaceFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _timer = self.timer("create");
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let created = self.ws.create_for_kernel(
@@ -592,6 +662,7 @@ impl Filesystem for WorkspaceFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _timer = self.timer("read");
         match self.ws.read(fh(handle), offset, size as usize) {
             Ok(data) => reply.data(&data),
             Err(err) => reply.error(errno(&err)),
@@ -610,6 +681,7 @@ impl Filesystem for WorkspaceFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _timer = self.timer("write");
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             if let Err(err) = self.kill_suid(ino(inode)) {
                 return reply.error(errno(&err));
@@ -632,6 +704,7 @@ impl Filesystem for WorkspaceFs {
         _owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timer("flush");
         match self.ws.flush(fh(handle)) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
@@ -648,6 +721,7 @@ impl Filesystem for WorkspaceFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timer("release");
         self.forget_backing(handle.0, inode);
         match self.ws.release(fh(handle)) {
             Ok(()) => reply.ok(),
@@ -663,6 +737,7 @@ impl Filesystem for WorkspaceFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timer("fsync");
         match self.ws.fsync(fh(handle)) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
@@ -670,6 +745,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn opendir(&self, _req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let _timer = self.timer("opendir");
         match self.ws.getattr(ino(inode)) {
             Ok(attr) if attr.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::ENOTDIR),
@@ -685,6 +761,7 @@ impl Filesystem for WorkspaceFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _timer = self.timer("readdir");
         let dir = ino(inode);
         if offset < 1 && reply.add(inode, 1, FileType::Directory, ".") {
             return reply.ok();
@@ -724,6 +801,7 @@ impl Filesystem for WorkspaceFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _timer = self.timer("readdirplus");
         let dir = ino(inode);
         if offset < 2 {
             // The kernel makes no dentries for `.` and `..`: their attributes are unused.
@@ -774,6 +852,7 @@ impl Filesystem for WorkspaceFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timer("fsyncdir");
         match self.ws.sync() {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
@@ -781,6 +860,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn statfs(&self, _req: &Request, _inode: INodeNo, reply: ReplyStatfs) {
+        let _timer = self.timer("statfs");
         match self.ws.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks_total,
@@ -806,6 +886,7 @@ impl Filesystem for WorkspaceFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timer("setxattr");
         let mode = if flags & libc::XATTR_CREATE != 0 {
             XattrSet::Create
         } else if flags & libc::XATTR_REPLACE != 0 {
@@ -820,6 +901,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn getxattr(&self, _req: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _timer = self.timer("getxattr");
         match self.ws.getxattr(ino(inode), name.as_bytes()) {
             Ok(value) => reply_xattr(reply, size, &value),
             Err(err) => reply.error(errno(&err)),
@@ -827,6 +909,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn listxattr(&self, _req: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
+        let _timer = self.timer("listxattr");
         match self.ws.listxattr(ino(inode)) {
             Ok(names) => {
                 let mut list = Vec::new();
@@ -841,6 +924,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn removexattr(&self, _req: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.timer("removexattr");
         match self.ws.removexattr(ino(inode), name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
@@ -848,6 +932,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn access(&self, _req: &Request, inode: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _timer = self.timer("access");
         // Permissions are checked by the kernel (default_permissions); only existence here.
         match self.ws.getattr(ino(inode)) {
             Ok(_) => reply.ok(),
@@ -865,6 +950,7 @@ impl Filesystem for WorkspaceFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timer("fallocate");
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return reply.error(Errno::EOPNOTSUPP);
@@ -884,6 +970,7 @@ impl Filesystem for WorkspaceFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _timer = self.timer("lseek");
         // Holes are not reported: all data up to the size, one hole at the end, as
         // filesystems without hole tracking answer.
         let size = match self.ws.getattr(ino(inode)) {
@@ -911,6 +998,7 @@ impl Filesystem for WorkspaceFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _timer = self.timer("copy_file_range");
         let len = len.min(u32::MAX as u64 & !0xfff);
         match self
             .ws

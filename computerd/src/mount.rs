@@ -63,6 +63,9 @@ pub struct MountArgs {
     /// (0: one transaction per change). fsync always commits at once.
     #[arg(long, default_value_t = 25, value_name = "MS")]
     pub commit_delay_ms: u64,
+    /// At unmount, log how many requests of each kind were served and the time spent.
+    #[arg(long)]
+    pub op_stats: bool,
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
@@ -200,6 +203,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             read_only: args.read_only,
             writeback_cache: !args.no_writeback_cache,
             passthrough: !args.no_passthrough,
+            op_stats: args.op_stats,
         },
     );
     let session = fuser::Session::new(fs, &args.mountpoint, &config)

@@ -85,7 +85,11 @@ pub fn encode(raw: &[u8], hash: BlockHash, level: i32) -> EncodedBlock {
         BlockHash::of(raw),
         "encode takes the hash of the bytes it encodes"
     );
-    let compressed = compress(raw, level);
+    let compressed = if looks_incompressible(raw, level) {
+        None
+    } else {
+        compress(raw, level)
+    };
     match compressed {
         Some(data) if data.len() < raw.len() - raw.len() / 16 => EncodedBlock {
             raw_len: raw.len(),
@@ -97,6 +101,22 @@ pub fn encode(raw: &[u8], hash: BlockHash, level: i32) -> EncodedBlock {
             codec: Codec::Raw,
             data: raw.to_vec(),
         },
+    }
+}
+
+/// Bytes of a large block compressed first to guess whether the rest is worth trying.
+const SAMPLE_LEN: usize = 4096;
+
+/// Whether a sample from the start of `raw` fails to compress: random and already
+/// compressed data (archives, images) is then stored raw without spending the time to
+/// compress all of it. Text and most binaries compress in any sample.
+fn looks_incompressible(raw: &[u8], level: i32) -> bool {
+    if raw.len() < 4 * SAMPLE_LEN {
+        return false;
+    }
+    match compress(&raw[..SAMPLE_LEN], level) {
+        Some(sample) => sample.len() >= SAMPLE_LEN - SAMPLE_LEN / 32,
+        None => false,
     }
 }
 

@@ -147,6 +147,9 @@ pub(crate) struct Writer {
 struct Batch {
     started: Instant,
     mutations: u32,
+    /// The `state` row as of the last mutation: inside a batch nobody else writes it,
+    /// so it is read once per batch, not once per mutation.
+    state: StateRow,
 }
 
 /// Mutations in one batch at most, whatever the delay.
@@ -241,6 +244,7 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("vfs-checkpoint".into())
             .spawn(move || {
+                crate::staged::background_priority();
                 let (stopped, wake) = &*signal;
                 let mut done = stopped.lock().unwrap_or_else(|e| e.into_inner());
                 while !*done {
@@ -278,6 +282,11 @@ impl Drop for Checkpointer {
             let _ = thread.join();
         }
     }
+}
+
+/// Runs a statement without parameters or results through the statement cache.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 /// The WAL file of the database at `path`.
@@ -454,16 +463,22 @@ impl Db {
             w.conn
                 .execute_batch("BEGIN IMMEDIATE")
                 .ctx("starting a write")?;
+            let state = match read_state(&w.conn) {
+                Ok(state) => state,
+                Err(err) => {
+                    let _ = w.conn.execute_batch("ROLLBACK");
+                    return Err(err);
+                }
+            };
             w.batch = Some(Batch {
                 started: Instant::now(),
                 mutations: 0,
+                state,
             });
         }
-        w.conn
-            .execute_batch("SAVEPOINT mutation")
-            .ctx("starting a mutation")?;
+        run_cached(&w.conn, "SAVEPOINT mutation").ctx("starting a mutation")?;
+        let state = w.batch.as_ref().expect("a batch is open").state;
         let result = (|| {
-            let state = read_state(&w.conn)?;
             let mut txn = WriteTxn {
                 conn: &w.conn,
                 revision: Revision(state.revision.0 + 1),
@@ -476,15 +491,14 @@ impl Db {
                 quota_checked: true,
             };
             let out = f(&mut txn)?;
-            txn.finish()?;
-            Ok(out)
+            let state = txn.finish()?;
+            Ok((out, state))
         })();
         match result {
-            Ok(out) => {
-                w.conn
-                    .execute_batch("RELEASE mutation")
-                    .ctx("ending a mutation")?;
+            Ok((out, state)) => {
+                run_cached(&w.conn, "RELEASE mutation").ctx("ending a mutation")?;
                 let batch = w.batch.as_mut().expect("a batch is open");
+                batch.state = state;
                 batch.mutations += 1;
                 let full = batch.mutations >= BATCH_MUTATIONS_MAX;
                 if !batching || full {
@@ -497,9 +511,8 @@ impl Db {
                 Ok(out)
             }
             Err(err) => {
-                let undone = w
-                    .conn
-                    .execute_batch("ROLLBACK TO mutation; RELEASE mutation");
+                let undone = run_cached(&w.conn, "ROLLBACK TO mutation")
+                    .and_then(|()| run_cached(&w.conn, "RELEASE mutation"));
                 if !batching || undone.is_err() {
                     // Nothing else is in the transaction without batching; with it, a
                     // failed undo leaves no choice.
@@ -509,6 +522,19 @@ impl Db {
                 Err(err)
             }
         }
+    }
+
+    /// Runs `f` on the writer connection, after any mutation in progress: it sees every
+    /// mutation committed (or batched) before it.
+    pub fn read_latest<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if w.batch.is_some() {
+            return f(&w.conn);
+        }
+        let tx = w.conn.transaction().ctx("starting a read")?;
+        let out = f(&tx)?;
+        tx.finish().ctx("ending a read")?;
+        Ok(out)
     }
 
     /// Commits the open batch now (before an fsync, a checkpoint, or a close).
@@ -646,7 +672,8 @@ impl WriteTxn<'_> {
         id as i64
     }
 
-    fn finish(self) -> Result<()> {
+    /// Checks the quota and writes the counters back; returns them.
+    fn finish(self) -> Result<StateRow> {
         if self.quota_checked {
             if let Some(max) = self.quota.bytes_max {
                 if self.stored_bytes > max {
@@ -678,7 +705,15 @@ impl WriteTxn<'_> {
                 ])
             })
             .ctx("advancing the revision")?;
-        Ok(())
+        Ok(StateRow {
+            revision: self.revision,
+            stored_bytes: self.stored_bytes,
+            node_count: self.node_count,
+            next_ino: self.next_ino,
+            next_cookie: self.next_cookie,
+            next_block: self.next_block,
+            quota: self.quota,
+        })
     }
 }
 

@@ -143,14 +143,28 @@ impl Fs {
 
     /// Attributes, following a final symlink.
     pub fn stat(&self, path: &str) -> Result<Attr> {
-        let ino = self.existing(path, true)?;
-        self.ws.getattr(ino).map_err(|e| e.at(path))
+        self.attr_of(path, true)
     }
 
     /// Attributes of the path itself, not of a symlink's target.
     pub fn lstat(&self, path: &str) -> Result<Attr> {
-        let ino = self.existing(path, false)?;
-        self.ws.getattr(ino).map_err(|e| e.at(path))
+        self.attr_of(path, false)
+    }
+
+    /// Resolves and reads attributes in one snapshot, so a concurrent rename over the
+    /// path shows the old node or the new one, never neither.
+    fn attr_of(&self, path: &str, follow: bool) -> Result<Attr> {
+        let bytes = path_bytes(path)?;
+        let attr = self
+            .ws
+            .db()
+            .read(|conn| {
+                let resolved = resolve_in(conn, bytes, follow)?;
+                let ino = resolved.ino.ok_or_else(kind::NotFound)?;
+                store::attr(conn, ino)
+            })
+            .map_err(|e| e.at(path))?;
+        Ok(self.ws.overlay(attr))
     }
 
     /// Whether `path` leads somewhere (following symlinks).
@@ -204,8 +218,10 @@ impl Fs {
     // ---------------------------------------------------------------------- file data
 
     fn open_file(&self, path: &str, flags: OpenFlags) -> Result<FileHandle> {
-        let ino = self.existing(path, true)?;
-        self.ws.open_file(ino, flags).map_err(|e| e.at(path))
+        retry_raced(|| {
+            let ino = self.existing(path, true)?;
+            self.ws.open_file(ino, flags).map_err(|e| e.at(path))
+        })
     }
 
     /// The whole content of a file.
@@ -250,19 +266,21 @@ impl Fs {
     /// Creates or replaces a file's content in one mutation. Follows a final symlink.
     pub fn write_file(&self, path: &str, data: impl AsRef<[u8]>) -> Result<()> {
         let data = data.as_ref();
-        let resolved = self.resolve(path, true)?;
-        if resolved.name.is_empty() {
-            return Err(kind::IsDir().at(path));
-        }
-        self.ws
-            .replace_content(
-                resolved.parent,
-                &resolved.name,
-                resolved.ino,
-                data,
-                self.owner(0o644),
-            )
-            .map_err(|e| e.at(path))
+        retry_raced(|| {
+            let resolved = self.resolve(path, true)?;
+            if resolved.name.is_empty() {
+                return Err(kind::IsDir().at(path));
+            }
+            self.ws
+                .replace_content(
+                    resolved.parent,
+                    &resolved.name,
+                    resolved.ino,
+                    data,
+                    self.owner(0o644),
+                )
+                .map_err(|e| e.at(path))
+        })
     }
 
     /// Writes `data` at `offset` of an existing file (`pwrite`), extending it if needed.
@@ -533,6 +551,20 @@ impl Fs {
             .link(ino, parent, &name)
             .map(drop)
             .map_err(|e| e.at(new))
+    }
+}
+
+/// Runs a resolve-then-act operation again when the node it resolved disappeared (or
+/// the name it meant to create appeared) before it acted: another thread renamed over
+/// or created the path in between. A path that stays missing still fails.
+fn retry_raced<T>(mut op: impl FnMut() -> Result<T>) -> Result<T> {
+    const ATTEMPTS: usize = 8;
+    let mut attempt = 0;
+    loop {
+        match op() {
+            Err(Error::NotFound(_) | Error::Exists(_)) if attempt + 1 < ATTEMPTS => attempt += 1,
+            other => return other,
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use crate::workspace::{lock, FileHandle, HandleEntry, Inner, OpenFlags, Workspac
 
 /// How long a released file waits before the worker ingests it: short-lived files are
 /// deleted before they cost anything, and small files are ingested together.
-const INGEST_DELAY: Duration = Duration::from_millis(300);
+const INGEST_DELAY: Duration = Duration::from_secs(1);
 
 /// What `open_for_kernel` and `create_for_kernel` return.
 pub struct Opened {
@@ -127,7 +127,7 @@ impl Workspace {
             store::touch_dir(txn, parent, 0, now)?;
             txn.execute(
                 "INSERT INTO staged (ino, file) VALUES (?1, ?2)",
-                params![ino.0 as i64, file],
+                params![ino.0 as i64, file.name],
             )
             .ctx("recording a staging file")?;
             store::attr(txn, ino)
@@ -135,11 +135,11 @@ impl Workspace {
         let attr = match created {
             Ok(attr) => attr,
             Err(err) => {
-                staging.recycle(file);
+                staging.give_back(file);
                 return Err(err);
             }
         };
-        let staged = staging.bind(attr.ino, &file, true)?;
+        let staged = staging.bind(attr.ino, file, true);
         staged.set_times(Some(attr.atime), Some(attr.mtime))?;
         lock(&staging.entries).insert(attr.ino, staged.clone());
         let handle = self.attach(
@@ -184,10 +184,11 @@ impl Workspace {
             return Err(StageRefusal::UseBuffer);
         }
         let file = staging.reserve()?;
-        let staged = match self.fill_staging(staging, ino, &file, &attr) {
+        let name = file.name.clone();
+        let staged = match self.fill_staging(staging, ino, file, &attr) {
             Ok(staged) => staged,
             Err(err) => {
-                staging.recycle(file);
+                staging.recycle(name);
                 return Err(err.into());
             }
         };
@@ -199,10 +200,10 @@ impl Workspace {
         &self,
         staging: &Staging,
         ino: InodeNo,
-        file: &str,
+        file: crate::staging::PoolFile,
         attr: &Attr,
     ) -> Result<Arc<StagedFile>> {
-        let staged = staging.bind(ino, file, false)?;
+        let staged = staging.bind(ino, file, false);
         if attr.size > 0 {
             self.materialize(ino, &staged, attr.size)?;
         }
@@ -557,7 +558,7 @@ impl Workspace {
                 })?;
                 continue;
             }
-            let staged = staging.bind(*ino, file, true)?;
+            let staged = staging.bind_existing(*ino, file, true)?;
             match self.ingest(&staged)? {
                 IngestOutcome::Clean | IngestOutcome::Gone => {}
                 IngestOutcome::StillDirty => {
@@ -589,36 +590,39 @@ impl Workspace {
         let weak: Weak<Inner> = Arc::downgrade(self.inner_arc());
         std::thread::Builder::new()
             .name("vfs-ingest".into())
-            .spawn(move || loop {
-                let pending = {
-                    let (shared, wake) = &*queue;
-                    let mut state = lock(shared);
-                    let wait = match state.first_queued {
-                        None => Duration::from_millis(500),
-                        Some(at) => INGEST_DELAY.saturating_sub(at.elapsed()),
+            .spawn(move || {
+                background_priority();
+                loop {
+                    let pending = {
+                        let (shared, wake) = &*queue;
+                        let mut state = lock(shared);
+                        let wait = match state.first_queued {
+                            None => Duration::from_millis(500),
+                            Some(at) => INGEST_DELAY.saturating_sub(at.elapsed()),
+                        };
+                        if !wait.is_zero() && !state.stop {
+                            state = wake
+                                .wait_timeout(state, wait)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0;
+                        }
+                        if state.stop {
+                            return;
+                        }
+                        let settled = state
+                            .first_queued
+                            .is_some_and(|at| at.elapsed() >= INGEST_DELAY);
+                        if settled {
+                            state.first_queued = None;
+                            std::mem::take(&mut state.pending)
+                        } else {
+                            Vec::new()
+                        }
                     };
-                    if !wait.is_zero() && !state.stop {
-                        state = wake
-                            .wait_timeout(state, wait)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0;
-                    }
-                    if state.stop {
-                        return;
-                    }
-                    let settled = state
-                        .first_queued
-                        .is_some_and(|at| at.elapsed() >= INGEST_DELAY);
-                    if settled {
-                        state.first_queued = None;
-                        std::mem::take(&mut state.pending)
-                    } else {
-                        Vec::new()
-                    }
-                };
-                let Some(inner) = weak.upgrade() else { return };
-                let ws = Workspace::from_inner(inner);
-                ws.staging_work(pending);
+                    let Some(inner) = weak.upgrade() else { return };
+                    let ws = Workspace::from_inner(inner);
+                    ws.staging_work(pending);
+                }
             })
             .map_err(|e| Error::io("ingest thread", e))?;
         Ok(())
@@ -687,10 +691,19 @@ impl Workspace {
     }
 }
 
+/// Lowers the calling thread's CPU priority: ingestion and checkpoints should not take
+/// the CPU from the commands a user is waiting for.
+pub(crate) fn background_priority() {
+    // SAFETY: gettid and setpriority have no memory effects; a failure only leaves the
+    // priority as it was.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
 fn recycle(staging: &Staging, staged: Arc<StagedFile>) {
-    let name = staged.name.clone();
-    drop(staged);
-    staging.recycle(name);
+    staging.recycle_staged(staged);
 }
 
 /// Copies between two staging files in the kernel (`copy_file_range(2)`).

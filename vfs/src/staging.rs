@@ -33,7 +33,7 @@ use crate::workspace::lock;
 /// Empty files kept ready in the pool: filled at open and topped up in the background.
 /// Recycled files come back beyond it (up to `POOL_RECYCLED_MAX`).
 pub(crate) const POOL_LOW: usize = 64;
-pub(crate) const POOL_RECYCLED_MAX: usize = 8192;
+pub(crate) const POOL_RECYCLED_MAX: usize = 2048;
 
 /// One staging file bound to an inode.
 pub struct StagedFile {
@@ -139,13 +139,19 @@ impl StagedFile {
     }
 }
 
+/// An empty staging file, open, not bound to any inode.
+pub struct PoolFile {
+    pub name: String,
+    file: File,
+}
+
 /// The staging directory and the files in it.
 ///
 /// Lock order: `entries`, then a file's `state`, then the database writer. `entries` is
 /// never held while waiting for anything else.
 pub(crate) struct Staging {
     dir: PathBuf,
-    pool: Mutex<Vec<String>>,
+    pool: Mutex<Vec<PoolFile>>,
     next_name: AtomicU64,
     pub(crate) entries: Mutex<HashMap<InodeNo, Arc<StagedFile>>>,
     /// Serialises the creation of staged files (materialisation included).
@@ -219,33 +225,57 @@ impl Staging {
     /// Puts an existing, unbound file back in the pool (emptied).
     pub fn recycle(&self, name: String) {
         let path = self.path(&name);
-        let emptied = OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_len(0));
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => self.give_back(PoolFile { name, file }),
+            Err(_) => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// Returns a file to the pool, emptied; past the pool's bound it is deleted.
+    pub fn give_back(&self, pool_file: PoolFile) {
+        let emptied = pool_file.file.set_len(0);
         let mut pool = lock(&self.pool);
         if emptied.is_ok() && pool.len() < POOL_RECYCLED_MAX {
-            pool.push(name);
+            pool.push(pool_file);
         } else {
             drop(pool);
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(self.path(&pool_file.name));
+        }
+    }
+
+    /// Returns the file of an entry nobody uses any more to the pool.
+    pub fn recycle_staged(&self, staged: Arc<StagedFile>) {
+        match Arc::try_unwrap(staged) {
+            Ok(staged) => self.give_back(PoolFile {
+                name: staged.name,
+                file: staged.file,
+            }),
+            Err(shared) => self.recycle(shared.name.clone()),
         }
     }
 
     /// Creates files until the pool holds `target`. Run off the request path.
     pub fn refill(&self, target: usize) -> Result<()> {
         while lock(&self.pool).len() < target {
-            let name = self.new_name();
-            let path = self.path(&name);
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-                .map_err(|e| Error::io(path.display().to_string(), e))?;
-            lock(&self.pool).push(name);
+            let created = self.create_file()?;
+            lock(&self.pool).push(created);
         }
         Ok(())
+    }
+
+    fn create_file(&self) -> Result<PoolFile> {
+        let name = self.new_name();
+        let path = self.path(&name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(path.display().to_string(), e))?;
+        Ok(PoolFile { name, file })
     }
 
     pub fn pool_len(&self) -> usize {
@@ -259,32 +289,37 @@ impl Staging {
     /// Names an empty staging file: one from the pool, or a new one. The caller records
     /// it in the database, then [`Staging::bind`]s it, or gives it back with
     /// [`Staging::recycle`].
-    pub fn reserve(&self) -> Result<String> {
-        if let Some(name) = lock(&self.pool).pop() {
-            return Ok(name);
+    pub fn reserve(&self) -> Result<PoolFile> {
+        if let Some(pool_file) = lock(&self.pool).pop() {
+            return Ok(pool_file);
         }
-        let name = self.new_name();
-        let path = self.path(&name);
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io(path.display().to_string(), e))?;
-        Ok(name)
+        self.create_file()
     }
 
-    /// Opens staging file `name` as the staged content of `ino`.
-    pub fn bind(&self, ino: InodeNo, name: &str, dirty: bool) -> Result<Arc<StagedFile>> {
+    /// Opens the existing staging file `name` as the staged content of `ino` (recovery).
+    pub fn bind_existing(&self, ino: InodeNo, name: &str, dirty: bool) -> Result<Arc<StagedFile>> {
         let path = self.path(name);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .map_err(|e| Error::io(path.display().to_string(), e))?;
-        Ok(Arc::new(StagedFile {
+        Ok(self.bind(
             ino,
-            name: name.to_owned(),
+            PoolFile {
+                name: name.to_owned(),
+                file,
+            },
+            dirty,
+        ))
+    }
+
+    /// Makes a pool file the staged content of `ino`.
+    pub fn bind(&self, ino: InodeNo, pool_file: PoolFile, dirty: bool) -> Arc<StagedFile> {
+        let PoolFile { name, file } = pool_file;
+        Arc::new(StagedFile {
+            ino,
+            name,
             file,
             state: Mutex::new(StagedState {
                 users: 0,
@@ -296,7 +331,7 @@ impl Staging {
                 size: 0,
             }),
             ingest_serial: Mutex::new(()),
-        }))
+        })
     }
 
     /// Wakes the worker to ingest `ino`.

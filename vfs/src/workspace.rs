@@ -316,6 +316,10 @@ pub(crate) struct Inner {
     next_handle: AtomicU64,
     dirty_total: AtomicUsize,
     pub(crate) staging: Option<crate::staging::Staging>,
+    /// Whether any extended attribute may exist. The kernel asks for
+    /// `security.capability` before the first write to every file; while no attribute
+    /// was ever set, that is answered without touching the database.
+    xattrs_maybe: std::sync::atomic::AtomicBool,
 }
 
 impl Workspace {
@@ -439,8 +443,19 @@ impl Workspace {
                 next_handle: AtomicU64::new(1),
                 dirty_total: AtomicUsize::new(0),
                 staging,
+                xattrs_maybe: std::sync::atomic::AtomicBool::new(true),
             }),
         };
+        let any_xattr = workspace.inner.db.read(|conn| {
+            conn.query_row("SELECT EXISTS (SELECT 1 FROM xattrs)", [], |row| {
+                row.get::<_, bool>(0)
+            })
+            .ctx("reading attributes")
+        })?;
+        workspace
+            .inner
+            .xattrs_maybe
+            .store(any_xattr, Ordering::SeqCst);
         if !workspace.inner.db.is_read_only() {
             workspace.reap_orphans()?;
             workspace.recover_staging()?;
@@ -1014,7 +1029,11 @@ impl Workspace {
 
     pub(crate) fn load_state(&self, ino: InodeNo, state: &mut OpenState) -> Result<()> {
         if !state.loaded {
-            let attr = self.inner.db.read(|conn| store::attr(conn, ino))?;
+            // Read on the writer: the caller registered as a user of `ino` before this,
+            // so a mutation that decided to delete the node (not seeing us) has
+            // committed by now and we see it gone, rather than a reader's older snapshot
+            // that still shows it.
+            let attr = self.inner.db.read_latest(|conn| store::attr(conn, ino))?;
             if attr.kind != FileKind::File {
                 return Err(if attr.is_dir() {
                     kind::IsDir()
@@ -1134,7 +1153,13 @@ impl Workspace {
 
     /// Like [`Workspace::write`]; without `stamp_times` the write leaves mtime and ctime
     /// alone (the kernel's writeback cache keeps its own and sends them with setattr).
-    pub fn write_with(&self, fh: FileHandle, offset: u64, data: &[u8], stamp_times: bool) -> Result<usize> {
+    pub fn write_with(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        stamp_times: bool,
+    ) -> Result<usize> {
         if let Some((staged, flags)) = self.handle_staged(fh)? {
             return self.staged_write(&staged, flags, offset, data);
         }
@@ -1244,14 +1269,15 @@ impl Workspace {
             }
             // The last handle of an unlinked file: now the node goes.
             let ino = open.ino;
-            let orphan = self
-                .inner
-                .db
-                .read(|conn| Ok(store::load_attr(conn, ino)?.is_some_and(|a| a.nlink == 0)))?;
+            // On the writer: an unlink that saw us open must have committed by now.
+            let orphan = self.inner.db.read_latest(|conn| {
+                Ok(store::load_attr(conn, ino)?.is_some_and(|a| a.nlink == 0))
+            })?;
             if orphan {
                 self.inner.db.write(|txn| {
                     txn.skip_quota();
-                    if self.is_open(ino) {
+                    let still_orphan = store::load_attr(txn, ino)?.is_some_and(|a| a.nlink == 0);
+                    if !still_orphan || self.is_open(ino) {
                         return Ok(());
                     }
                     self.delete_node(txn, ino)
@@ -1427,6 +1453,9 @@ impl Workspace {
     // ------------------------------------------------------------ extended attributes
 
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        if !self.inner.xattrs_maybe.load(Ordering::SeqCst) {
+            return Err(kind::NoAttribute());
+        }
         self.inner.db.read(|conn| {
             store::attr(conn, ino)?;
             let value: Option<Vec<u8>> = conn
@@ -1465,6 +1494,9 @@ impl Workspace {
             return Err(kind::TooBig());
         }
         let now = self.now();
+        // Set before the write: a reader racing it may look in the table for nothing,
+        // never miss a row.
+        self.inner.xattrs_maybe.store(true, Ordering::SeqCst);
         self.inner.db.write(|txn| {
             store::attr(txn, ino)?;
             let exists = txn
