@@ -591,7 +591,9 @@ impl Workspace {
         std::thread::Builder::new()
             .name("vfs-ingest".into())
             .spawn(move || {
-                background_priority();
+                // Normal priority: this thread holds the writer connection while it
+                // stores a batch; at a lower one, requests waiting for the writer would
+                // wait for it to be scheduled too.
                 loop {
                     let pending = {
                         let (shared, wake) = &*queue;

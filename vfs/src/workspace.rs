@@ -284,6 +284,8 @@ pub(crate) struct OpenInode {
     pub(crate) ino: InodeNo,
     /// Handles (and transient users); changed only under the open-table lock.
     users: AtomicU64,
+    /// Its last link went while it was open: the last release must delete it.
+    maybe_orphan: std::sync::atomic::AtomicBool,
     pub(crate) state: Mutex<OpenState>,
 }
 
@@ -760,8 +762,14 @@ impl Workspace {
     ) -> Result<()> {
         store::add_nlink(txn, ino, -1, now)?;
         let attr = store::attr(txn, ino)?;
-        if attr.nlink == 0 && !self.is_open(ino) {
-            self.delete_node(txn, ino)?;
+        if attr.nlink == 0 {
+            let open = lock(&self.inner.open).get(&ino).cloned();
+            match open {
+                // Open: the last release deletes it (and looks again, in case this
+                // mutation is rolled back).
+                Some(open) => open.maybe_orphan.store(true, Ordering::SeqCst),
+                None => self.delete_node(txn, ino)?,
+            }
         }
         Ok(())
     }
@@ -1004,6 +1012,7 @@ impl Workspace {
             Arc::new(OpenInode {
                 ino,
                 users: AtomicU64::new(0),
+                maybe_orphan: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(OpenState::default()),
             })
         });
@@ -1269,10 +1278,10 @@ impl Workspace {
             }
             // The last handle of an unlinked file: now the node goes.
             let ino = open.ino;
-            // On the writer: an unlink that saw us open must have committed by now.
-            let orphan = self.inner.db.read_latest(|conn| {
-                Ok(store::load_attr(conn, ino)?.is_some_and(|a| a.nlink == 0))
-            })?;
+            let orphan = open.maybe_orphan.load(Ordering::SeqCst)
+                && self.inner.db.read_latest(|conn| {
+                    Ok(store::load_attr(conn, ino)?.is_some_and(|a| a.nlink == 0))
+                })?;
             if orphan {
                 self.inner.db.write(|txn| {
                     txn.skip_quota();
