@@ -253,7 +253,17 @@ impl Fs {
     /// A stream over a file's content (bounded memory whatever its size).
     pub fn open_read(&self, path: &str) -> Result<FileReader> {
         let fh = self.open_file(path, OpenFlags::READ)?;
-        let size = self.ws.getattr(self.ws.handle_inode(fh)?)?.size;
+        let size = match self
+            .ws
+            .handle_inode(fh)
+            .and_then(|ino| self.ws.getattr(ino))
+        {
+            Ok(attr) => attr.size,
+            Err(err) => {
+                let _ = self.ws.release(fh);
+                return Err(err.at(path));
+            }
+        };
         Ok(FileReader {
             ws: self.ws.clone(),
             fh: Some(fh),

@@ -118,7 +118,20 @@ impl Workspace {
                 },
             ));
         };
-        let file = staging.reserve()?;
+        let Some(file) = staging.try_reserve() else {
+            // No file ready (a burst of creates outran the pool): serve this one through
+            // the write buffer rather than create a file on the request path, which can
+            // cost a millisecond on a busy disk.
+            staging.wake_now();
+            let (attr, handle) = self.create(parent, name, owner, flags)?;
+            return Ok((
+                attr,
+                Opened {
+                    handle,
+                    staged: None,
+                },
+            ));
+        };
         let now = self.now();
         let created = self.db().write(|txn| {
             Workspace::check_new_entry(txn, parent, name)?;
@@ -183,7 +196,10 @@ impl Workspace {
         if attr.size > self.options().stage_size_max {
             return Err(StageRefusal::UseBuffer);
         }
-        let file = staging.reserve()?;
+        let Some(file) = staging.try_reserve() else {
+            staging.wake_now();
+            return Err(StageRefusal::UseBuffer);
+        };
         let name = file.name.clone();
         let staged = match self.fill_staging(staging, ino, file, &attr) {
             Ok(staged) => staged,
@@ -491,6 +507,7 @@ impl Workspace {
             .ctx("unbinding a staging file")?;
         if let Some(staged) = lock(&staging.entries).remove(&ino) {
             lock(&staging.doomed).push(staged);
+            staging.wake_now();
         }
         Ok(())
     }
@@ -602,7 +619,7 @@ impl Workspace {
                             None => Duration::from_millis(500),
                             Some(at) => INGEST_DELAY.saturating_sub(at.elapsed()),
                         };
-                        if !wait.is_zero() && !state.stop {
+                        if !wait.is_zero() && !state.stop && !state.urgent {
                             state = wake
                                 .wait_timeout(state, wait)
                                 .unwrap_or_else(|e| e.into_inner())
@@ -611,6 +628,7 @@ impl Workspace {
                         if state.stop {
                             return;
                         }
+                        state.urgent = false;
                         let settled = state
                             .first_queued
                             .is_some_and(|at| at.elapsed() >= INGEST_DELAY);

@@ -34,6 +34,8 @@ use crate::workspace::lock;
 /// Recycled files come back beyond it (up to `POOL_RECYCLED_MAX`).
 pub(crate) const POOL_LOW: usize = 64;
 pub(crate) const POOL_RECYCLED_MAX: usize = 2048;
+/// Clean staged files up to this size leave the cache as soon as they are ingested.
+pub(crate) const SMALL_CACHED_BYTES_MAX: u64 = 64 << 10;
 
 /// One staging file bound to an inode.
 pub struct StagedFile {
@@ -173,6 +175,8 @@ pub(crate) struct IngestQueue {
     /// When the oldest pending file was queued: the worker lets files settle a moment,
     /// so short-lived files are never ingested and small ones go in together.
     pub first_queued: Option<Instant>,
+    /// Work that should not wait for the delay: deleted files to recycle, an empty pool.
+    pub urgent: bool,
     pub stop: bool,
 }
 
@@ -286,16 +290,6 @@ impl Staging {
         format!("pool-{}", self.next_name.fetch_add(1, Ordering::SeqCst))
     }
 
-    /// Names an empty staging file: one from the pool, or a new one. The caller records
-    /// it in the database, then [`Staging::bind`]s it, or gives it back with
-    /// [`Staging::recycle`].
-    pub fn reserve(&self) -> Result<PoolFile> {
-        if let Some(pool_file) = lock(&self.pool).pop() {
-            return Ok(pool_file);
-        }
-        self.create_file()
-    }
-
     /// Opens the existing staging file `name` as the staged content of `ino` (recovery).
     pub fn bind_existing(&self, ino: InodeNo, name: &str, dirty: bool) -> Result<Arc<StagedFile>> {
         let path = self.path(name);
@@ -339,8 +333,24 @@ impl Staging {
         let (queue, wake) = &*self.queue;
         let mut queue = lock(queue);
         queue.pending.push(ino);
-        queue.first_queued.get_or_insert_with(Instant::now);
+        // Only the first file of a batch wakes the worker (which then waits out the
+        // delay); waking it for every release would only cost context switches.
+        if queue.first_queued.is_none() {
+            queue.first_queued = Some(Instant::now());
+            wake.notify_one();
+        }
+    }
+
+    /// Wakes the worker now for housekeeping (recycling, refilling the pool).
+    pub fn wake_now(&self) {
+        let (queue, wake) = &*self.queue;
+        lock(queue).urgent = true;
         wake.notify_one();
+    }
+
+    /// An empty file from the pool, if one is ready (never creates one).
+    pub fn try_reserve(&self) -> Option<PoolFile> {
+        lock(&self.pool).pop()
     }
 
     /// Tells the worker to stop (it does once it holds no work).
@@ -362,18 +372,24 @@ impl Staging {
     /// Clean, unused entries beyond the cache bounds, least recently used first.
     pub fn eviction_candidates(&self) -> Vec<Arc<StagedFile>> {
         let mut clean: Vec<(Instant, u64, Arc<StagedFile>)> = Vec::new();
+        let mut out_small = Vec::new();
         for staged in self.snapshot() {
             let state = lock(&staged.state);
             if state.users == 0 && !state.dirty && !state.ingesting {
                 let (last_used, size) = (state.last_used, state.size);
                 drop(state);
+                if size <= SMALL_CACHED_BYTES_MAX {
+                    // Small files are cheap to stage again and would drain the pool.
+                    out_small.push(staged);
+                    continue;
+                }
                 clean.push((last_used, size, staged));
             }
         }
         clean.sort_by_key(|(at, _, _)| *at);
         let mut bytes: u64 = clean.iter().map(|(_, size, _)| size).sum();
         let mut files = clean.len();
-        let mut out = Vec::new();
+        let mut out = out_small;
         for (_, size, staged) in clean {
             if bytes <= self.cache_bytes_max && files <= self.cache_files_max {
                 break;

@@ -59,8 +59,8 @@ impl Workspace {
             state.written_at = None;
             Ok(())
         })();
-        self.unacquire(&open);
-        result
+        let finished = self.finish_use(&open);
+        result.and(finished)
     }
 
     /// Creates a directory and its missing parents (`mkdir -p`) in one transaction.

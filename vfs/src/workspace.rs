@@ -298,6 +298,9 @@ pub(crate) struct OpenState {
     pub(crate) dirty: Dirty,
     /// The time of the last buffered write, committed as mtime and ctime.
     pub(crate) written_at: Option<TimestampNs>,
+    /// The node had no link left when it was opened (reopened through /proc, or opened
+    /// by a racing path lookup): its last user must delete it.
+    pub(crate) opened_unlinked: bool,
 }
 
 pub(crate) struct HandleEntry {
@@ -763,12 +766,19 @@ impl Workspace {
         store::add_nlink(txn, ino, -1, now)?;
         let attr = store::attr(txn, ino)?;
         if attr.nlink == 0 {
-            let open = lock(&self.inner.open).get(&ino).cloned();
-            match open {
+            // The flag is set under the open-table lock, so the last release either
+            // comes after (and sees it) or came before (and we find no entry).
+            let flagged = match lock(&self.inner.open).get(&ino) {
                 // Open: the last release deletes it (and looks again, in case this
                 // mutation is rolled back).
-                Some(open) => open.maybe_orphan.store(true, Ordering::SeqCst),
-                None => self.delete_node(txn, ino)?,
+                Some(open) => {
+                    open.maybe_orphan.store(true, Ordering::SeqCst);
+                    true
+                }
+                None => false,
+            };
+            if !flagged {
+                self.delete_node(txn, ino)?;
             }
         }
         Ok(())
@@ -943,7 +953,7 @@ impl Workspace {
             }
             let open = self.acquire(ino);
             let result = self.set_size(&open, size, now);
-            self.unacquire(&open);
+            let _ = self.finish_use(&open);
             result?;
         }
         let mut rest = changes.clone();
@@ -1036,6 +1046,45 @@ impl Workspace {
         false
     }
 
+    /// Drops one user of `open`; the last one drops what the state still buffers (its
+    /// commit failed and was reported) and deletes the node if it lost its last link
+    /// while in use. Every user acquired with [`Workspace::acquire`] ends here.
+    pub(crate) fn finish_use(&self, open: &Arc<OpenInode>) -> Result<()> {
+        if !self.unacquire(open) {
+            return Ok(());
+        }
+        let dropped = lock(&open.state).dirty.clear();
+        if dropped > 0 {
+            self.dirty_released(dropped);
+            tracing::warn!(
+                "{}: dropped {dropped} buffered bytes that failed to commit",
+                open.ino
+            );
+        }
+        let unlinked =
+            open.maybe_orphan.load(Ordering::SeqCst) || lock(&open.state).opened_unlinked;
+        if !unlinked {
+            return Ok(());
+        }
+        let ino = open.ino;
+        // On the writer: the unlink that flagged it has committed by now.
+        let orphan = self
+            .inner
+            .db
+            .read_latest(|conn| Ok(store::load_attr(conn, ino)?.is_some_and(|a| a.nlink == 0)))?;
+        if orphan {
+            self.inner.db.write(|txn| {
+                txn.skip_quota();
+                let still_orphan = store::load_attr(txn, ino)?.is_some_and(|a| a.nlink == 0);
+                if !still_orphan || self.is_open(ino) {
+                    return Ok(());
+                }
+                self.delete_node(txn, ino)
+            })?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn load_state(&self, ino: InodeNo, state: &mut OpenState) -> Result<()> {
         if !state.loaded {
             // Read on the writer: the caller registered as a user of `ino` before this,
@@ -1052,6 +1101,7 @@ impl Workspace {
             }
             state.size = attr.size;
             state.loaded = true;
+            state.opened_unlinked = attr.nlink == 0;
         }
         Ok(())
     }
@@ -1090,7 +1140,7 @@ impl Workspace {
             Ok(())
         })();
         if let Err(err) = prepared {
-            self.unacquire(&open);
+            let _ = self.finish_use(&open);
             return Err(err);
         }
         Ok(self.add_handle(HandleEntry {
@@ -1265,34 +1315,7 @@ impl Workspace {
                 Ok(())
             }
         };
-        if self.unacquire(&open) {
-            // Nobody can reach this state any more: a buffer whose commit failed is
-            // dropped here (the failure was reported), and counted out of the total.
-            let dropped = lock(&open.state).dirty.clear();
-            if dropped > 0 {
-                self.dirty_released(dropped);
-                tracing::warn!(
-                    "{}: dropped {dropped} buffered bytes that failed to commit",
-                    open.ino
-                );
-            }
-            // The last handle of an unlinked file: now the node goes.
-            let ino = open.ino;
-            let orphan = open.maybe_orphan.load(Ordering::SeqCst)
-                && self.inner.db.read_latest(|conn| {
-                    Ok(store::load_attr(conn, ino)?.is_some_and(|a| a.nlink == 0))
-                })?;
-            if orphan {
-                self.inner.db.write(|txn| {
-                    txn.skip_quota();
-                    let still_orphan = store::load_attr(txn, ino)?.is_some_and(|a| a.nlink == 0);
-                    if !still_orphan || self.is_open(ino) {
-                        return Ok(());
-                    }
-                    self.delete_node(txn, ino)
-                })?;
-            }
-        }
+        self.finish_use(&open)?;
         committed
     }
 
