@@ -85,6 +85,8 @@ pub enum Error {
     NotSupported(ErrorPath),
     #[error("{0}argument too large")]
     TooBig(ErrorPath),
+    #[error("{0}busy, try again")]
+    Busy(ErrorPath),
     /// Bytes read from the database do not check out: a block whose hash does not match,
     /// a row that breaks an invariant. Never papered over with wrong data.
     #[error("{path}corrupt workspace: {detail}")]
@@ -128,6 +130,7 @@ impl Error {
             Error::NotSymlink(_) => libc::EINVAL,
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::TooBig(_) => libc::E2BIG,
+            Error::Busy(_) => libc::EBUSY,
             Error::Corrupt { .. } => libc::EIO,
             Error::Storage { source, .. } => storage_errno(source),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
@@ -169,7 +172,8 @@ impl Error {
             | Error::BadHandle(p)
             | Error::NotSymlink(p)
             | Error::NotSupported(p)
-            | Error::TooBig(p) => Some(p),
+            | Error::TooBig(p)
+            | Error::Busy(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }
@@ -197,7 +201,8 @@ impl Error {
             | Error::BadHandle(p)
             | Error::NotSymlink(p)
             | Error::NotSupported(p)
-            | Error::TooBig(p) => Some(p),
+            | Error::TooBig(p)
+            | Error::Busy(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }

@@ -27,6 +27,9 @@ use crate::workspace::{lock, FileHandle, HandleEntry, Inner, OpenFlags, Workspac
 /// deleted before they cost anything, and small files are ingested together.
 const INGEST_DELAY: Duration = Duration::from_secs(1);
 
+/// Attempts to attach to a staging file that keeps being evicted under us.
+const ATTACH_ATTEMPTS: usize = 16;
+
 /// What `open_for_kernel` and `create_for_kernel` return.
 pub struct Opened {
     pub handle: FileHandle,
@@ -72,31 +75,43 @@ impl Workspace {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
         }
-        if let Some(staged) = self.staged_entry(ino) {
-            let handle = self.attach(&staged, flags)?;
+        // A staging file can be evicted or deleted between looking it up and attaching
+        // to it; then look again (a bounded number of times: each retry means another
+        // thread made progress).
+        for _ in 0..ATTACH_ATTEMPTS {
+            if let Some(staged) = self.staged_entry(ino) {
+                match self.attach(&staged, flags)? {
+                    Some(handle) => {
+                        return Ok(Opened {
+                            handle,
+                            staged: Some(staged),
+                        })
+                    }
+                    None => continue,
+                }
+            }
+            if passthrough && flags.write && self.has_staging() {
+                match self.stage(ino) {
+                    Ok(staged) => match self.attach(&staged, flags)? {
+                        Some(handle) => {
+                            return Ok(Opened {
+                                handle,
+                                staged: Some(staged),
+                            })
+                        }
+                        None => continue,
+                    },
+                    Err(StageRefusal::UseBuffer) => {}
+                    Err(StageRefusal::Failed(err)) => return Err(err),
+                }
+            }
+            let handle = self.open_buffered(ino, flags)?;
             return Ok(Opened {
                 handle,
-                staged: Some(staged),
+                staged: None,
             });
         }
-        if passthrough && flags.write && self.has_staging() {
-            match self.stage(ino) {
-                Ok(staged) => {
-                    let handle = self.attach(&staged, flags)?;
-                    return Ok(Opened {
-                        handle,
-                        staged: Some(staged),
-                    });
-                }
-                Err(StageRefusal::UseBuffer) => {}
-                Err(StageRefusal::Failed(err)) => return Err(err),
-            }
-        }
-        let handle = self.open_buffered(ino, flags)?;
-        Ok(Opened {
-            handle,
-            staged: None,
-        })
+        Err(Error::Busy(Default::default()))
     }
 
     /// Creates a regular file and opens it for the kernel, staged when `passthrough`.
@@ -155,13 +170,16 @@ impl Workspace {
         let staged = staging.bind(attr.ino, file, true);
         staged.set_times(Some(attr.atime), Some(attr.mtime))?;
         lock(&staging.entries).insert(attr.ino, staged.clone());
-        let handle = self.attach(
-            &staged,
-            OpenFlags {
-                truncate: false,
-                ..flags
-            },
-        )?;
+        // Nothing else can have taken a file bound a moment ago to a node only we know.
+        let handle = self
+            .attach(
+                &staged,
+                OpenFlags {
+                    truncate: false,
+                    ..flags
+                },
+            )?
+            .ok_or_else(|| Error::corrupt("a new staging file vanished"))?;
         Ok((
             attr,
             Opened {
@@ -228,9 +246,28 @@ impl Workspace {
     }
 
     /// Opens a handle on a staged file. A writer marks it dirty, durably first.
-    pub(crate) fn attach(&self, staged: &Arc<StagedFile>, flags: OpenFlags) -> Result<FileHandle> {
+    /// `None` if the entry stopped being the inode's staging file (evicted or deleted)
+    /// after the caller looked it up: the caller looks again.
+    pub(crate) fn attach(
+        &self,
+        staged: &Arc<StagedFile>,
+        flags: OpenFlags,
+    ) -> Result<Option<FileHandle>> {
+        let staging = self
+            .staging()
+            .expect("staged files exist only with staging on");
         {
+            // Check membership and count the user under the table lock: eviction decides
+            // under the same lock, so it either sees this user or already took the file.
+            let entries = lock(&staging.entries);
+            if !entries
+                .get(&staged.ino)
+                .is_some_and(|current| Arc::ptr_eq(current, staged))
+            {
+                return Ok(None);
+            }
             let mut state = lock(&staged.state);
+            drop(entries);
             if flags.write && !state.dirty {
                 self.record_staged(staged)?;
                 state.dirty = true;
@@ -246,11 +283,33 @@ impl Workspace {
             staged.set_len(0)?;
         }
         let open = self.acquire(staged.ino);
-        Ok(self.add_handle(HandleEntry {
+        Ok(Some(self.add_handle(HandleEntry {
             open,
             flags,
             staged: Some(staged.clone()),
-        }))
+        })))
+    }
+
+    /// Counts a user of `staged` if it is still the inode's staging file; eviction leaves
+    /// used files alone. `false`: it was evicted or deleted meanwhile.
+    pub(crate) fn pin_staged(&self, staged: &Arc<StagedFile>) -> bool {
+        let Some(staging) = self.staging() else {
+            return false;
+        };
+        let entries = lock(&staging.entries);
+        if !entries
+            .get(&staged.ino)
+            .is_some_and(|current| Arc::ptr_eq(current, staged))
+        {
+            return false;
+        }
+        lock(&staged.state).users += 1;
+        true
+    }
+
+    pub(crate) fn unpin_staged(&self, staged: &StagedFile) {
+        let mut state = lock(&staged.state);
+        state.users = state.users.saturating_sub(1);
     }
 
     /// Records in the database that `staged` may hold content the store lacks.

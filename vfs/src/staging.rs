@@ -256,7 +256,11 @@ impl Staging {
                 name: staged.name,
                 file: staged.file,
             }),
-            Err(shared) => self.recycle(shared.name.clone()),
+            // Someone still holds it (a lookup that lost a race): never reuse a file that
+            // can still be written; delete its name and let the last holder close it.
+            Err(shared) => {
+                let _ = std::fs::remove_file(self.path(&shared.name));
+            }
         }
     }
 

@@ -940,7 +940,13 @@ impl Workspace {
     /// Changes attributes. A size change truncates or extends (with a hole) the file.
     pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
         if let Some(staged) = self.staged_entry(ino) {
-            return self.staged_setattr(&staged, changes);
+            // Pinned, so eviction cannot recycle the file while we change it; if it was
+            // evicted already, the stored node is the file again.
+            if self.pin_staged(&staged) {
+                let result = self.staged_setattr(&staged, changes);
+                self.unpin_staged(&staged);
+                return result;
+            }
         }
         let now = self.now();
         let resolve = |t: SetTime| match t {
@@ -1121,10 +1127,8 @@ impl Workspace {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
         }
-        if let Some(staged) = self.staged_entry(ino) {
-            return self.attach(&staged, flags);
-        }
-        self.open_buffered(ino, flags)
+        self.open_for_kernel(ino, flags, false)
+            .map(|opened| opened.handle)
     }
 
     /// Opens a handle on the write buffer of `ino` (no staging file).
