@@ -16,6 +16,7 @@
 //! docs/STORAGE.md the tables and the block format.
 
 mod block;
+mod changes;
 mod check;
 mod chunker;
 pub mod clock;
@@ -34,6 +35,10 @@ mod types;
 mod workspace;
 
 pub use block::{BlockHash, Codec, HASH_LEN};
+pub use changes::{
+    cursor_at_or_after, order_key, BlockRef, ChangeEntry, ChangePage, Cursor, EntryState,
+    StoredBlock,
+};
 pub use check::{CheckReport, Problem};
 pub use chunker::{ChunkSizes, Chunker};
 pub use db::SCHEMA_VERSION;

@@ -456,6 +456,17 @@ pub(crate) fn touch_dir(
     Ok(())
 }
 
+/// Counts a subdirectory in or out of `dir` and stamps its revision, leaving its times
+/// alone: replication applies a directory's times from its own state.
+pub(crate) fn count_subdirs(txn: &WriteTxn<'_>, dir: InodeNo, nlink_delta: i64) -> Result<()> {
+    txn.prepare_cached("UPDATE nodes SET nlink = nlink + ?2, revision = ?3 WHERE ino = ?1")
+        .and_then(|mut stmt| {
+            stmt.execute(params![dir.0 as i64, nlink_delta, txn.revision.0 as i64])
+        })
+        .ctx("updating a directory")?;
+    Ok(())
+}
+
 /// Stamps a node's ctime and revision (a metadata change).
 pub(crate) fn touch_ctime(txn: &WriteTxn<'_>, ino: InodeNo, now: TimestampNs) -> Result<()> {
     txn.prepare_cached("UPDATE nodes SET ctime = ?2, revision = ?3 WHERE ino = ?1")

@@ -129,40 +129,51 @@ impl Workspace {
         let now = self.now();
         self.db().write(|txn| {
             txn.skip_quota();
-            let top = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
-            let top_attr = store::attr(txn, top)?;
-            if !top_attr.is_dir() {
-                store::remove_dirent(txn, parent, name)?;
-                store::touch_dir(txn, parent, 0, now)?;
-                return self.drop_link(txn, top, now);
-            }
-            // Depth-first: empty each directory, then delete it.
-            let mut stack: Vec<(InodeNo, bool)> = vec![(top, false)];
-            while let Some((dir, emptied)) = stack.pop() {
-                if emptied {
-                    if dir != top {
-                        self.delete_node(txn, dir)?;
-                    }
-                    continue;
-                }
-                stack.push((dir, true));
-                if stack.len() > TREE_DEPTH_MAX {
-                    return Err(Error::invalid("directory tree too deep"));
-                }
-                let entries = store::list(txn, dir, 0, usize::MAX)?;
-                for entry in entries {
-                    store::remove_dirent_with(txn, dir, &entry.name, false)?;
-                    if entry.kind == FileKind::Directory {
-                        stack.push((entry.ino, false));
-                    } else {
-                        self.drop_link(txn, entry.ino, now)?;
-                    }
-                }
-            }
-            store::remove_dirent(txn, parent, name)?;
-            store::touch_dir(txn, parent, -1, now)?;
-            self.delete_node(txn, top)
+            self.remove_tree_in(txn, parent, name, now)
         })
+    }
+
+    /// [`Workspace::remove_tree`] inside a transaction the caller holds.
+    pub(crate) fn remove_tree_in(
+        &self,
+        txn: &mut crate::db::WriteTxn<'_>,
+        parent: InodeNo,
+        name: &[u8],
+        now: TimestampNs,
+    ) -> Result<()> {
+        let top = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
+        let top_attr = store::attr(txn, top)?;
+        if !top_attr.is_dir() {
+            store::remove_dirent(txn, parent, name)?;
+            store::touch_dir(txn, parent, 0, now)?;
+            return self.drop_link(txn, top, now);
+        }
+        // Depth-first: empty each directory, then delete it.
+        let mut stack: Vec<(InodeNo, bool)> = vec![(top, false)];
+        while let Some((dir, emptied)) = stack.pop() {
+            if emptied {
+                if dir != top {
+                    self.delete_node(txn, dir)?;
+                }
+                continue;
+            }
+            stack.push((dir, true));
+            if stack.len() > TREE_DEPTH_MAX {
+                return Err(Error::invalid("directory tree too deep"));
+            }
+            let entries = store::list(txn, dir, 0, usize::MAX)?;
+            for entry in entries {
+                store::remove_dirent_with(txn, dir, &entry.name, false)?;
+                if entry.kind == FileKind::Directory {
+                    stack.push((entry.ino, false));
+                } else {
+                    self.drop_link(txn, entry.ino, now)?;
+                }
+            }
+        }
+        store::remove_dirent(txn, parent, name)?;
+        store::touch_dir(txn, parent, -1, now)?;
+        self.delete_node(txn, top)
     }
 
     /// Whether `ancestor` is `dir` or above it.

@@ -1,0 +1,765 @@
+//! The change log as replication reads and writes it: the state of every path that
+//! changed after a cursor, and applying such states from another workspace.
+//!
+//! Entries are *states*, not operations: "`/a/b` is now a file with these blocks", "`/c`
+//! is gone". A path appears once per page, at the revision of its last change, so a
+//! receiver that applies pages in order ends with the sender's tree whatever it missed
+//! in between. A directory moved (or created) after the cursor brings its whole subtree,
+//! because every path below it changed; a tombstone removes everything below its path.
+//! Entries carry block hashes, never bytes: the receiver fetches the blocks it lacks.
+//!
+//! Hard links are not preserved across replication: each name is its own file (as in
+//! the reference system). Applying a state equal to the current one changes nothing,
+//! so applying a page twice, or a sender's echo of our own change, is a no-op.
+
+use std::collections::{BTreeMap, HashMap};
+
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::block::{self, BlockHash, Codec, EncodedBlock};
+use crate::content::{self, Extent};
+use crate::db::WriteTxn;
+use crate::error::{kind, Error, Result, StorageContext};
+use crate::store;
+use crate::types::*;
+use crate::workspace::Workspace;
+
+/// A position in a workspace's change log: everything up to revision `revision`, and
+/// within that revision every path up to `path`, has been seen. Within a revision,
+/// paths are in post-order (children before their directory, see [`order_key`]): a
+/// directory's own state (its mtime) is applied after the changes inside it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    pub revision: Revision,
+    pub path: Vec<u8>,
+}
+
+impl Cursor {
+    /// Before everything.
+    pub const START: Cursor = Cursor {
+        revision: Revision(0),
+        path: Vec::new(),
+    };
+
+    /// The cursor just after `entry`.
+    pub fn after(entry: &ChangeEntry) -> Cursor {
+        Cursor {
+            revision: entry.revision,
+            path: entry.path.clone(),
+        }
+    }
+}
+
+/// One block of a file's content, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlockRef {
+    pub hash: BlockHash,
+    pub len: u32,
+}
+
+/// The state of one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryState {
+    File {
+        perm: u32,
+        mtime: TimestampNs,
+        size: u64,
+        blocks: Vec<BlockRef>,
+    },
+    Directory {
+        perm: u32,
+        mtime: TimestampNs,
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
+    /// Nothing is at this path, nor below it.
+    Removed,
+}
+
+/// The state of one path as of `revision`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeEntry {
+    pub revision: Revision,
+    /// Absolute path, `/` first.
+    pub path: Vec<u8>,
+    pub state: EntryState,
+}
+
+impl ChangeEntry {
+    /// Bytes this entry stands for (what a page budget counts): a file's size.
+    pub fn weight(&self) -> u64 {
+        match &self.state {
+            EntryState::File { size, .. } => *size,
+            _ => 0,
+        }
+    }
+}
+
+/// A page of changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangePage {
+    pub entries: Vec<ChangeEntry>,
+    /// Where the next page starts.
+    pub next: Cursor,
+    /// Whether this page reaches the current end of the log.
+    pub complete: bool,
+    /// The revision the page was read at.
+    pub revision: Revision,
+}
+
+/// A block as stored: what travels between workspaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredBlock {
+    pub hash: BlockHash,
+    pub codec: Codec,
+    pub raw_len: u32,
+    pub data: Vec<u8>,
+}
+
+impl StoredBlock {
+    /// Checks that the bytes decode to content with this hash and length.
+    pub fn verify(&self) -> Result<()> {
+        let mut out = Vec::new();
+        block::decode_into(
+            &self.hash,
+            self.codec,
+            self.raw_len as usize,
+            &self.data,
+            &mut out,
+        )
+    }
+}
+
+/// A path's candidate entry while a page is assembled.
+struct Candidate {
+    revision: Revision,
+    ino: Option<InodeNo>,
+}
+
+/// The order of paths within a revision: byte order with a 0xFF byte appended, which puts
+/// `/a/x` (`/a/x\xff`) before `/a` (`/a\xff`), since `/` < 0xFF. Distinct paths give
+/// distinct keys.
+pub fn order_key(path: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(path.len() + 1);
+    key.extend_from_slice(path);
+    key.push(0xFF);
+    key
+}
+
+/// Whether `cursor` is at or past `other` in the change log's order.
+pub fn cursor_at_or_after(cursor: &Cursor, other: &Cursor) -> bool {
+    (cursor.revision, order_key(&cursor.path)) >= (other.revision, order_key(&other.path))
+}
+
+fn join_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = dir.to_vec();
+    if path != b"/" {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
+impl Workspace {
+    /// The state of every path that changed after `cursor`, in (revision, path) order,
+    /// at most `entries_max` entries and about `bytes_max` bytes of file content (at
+    /// least one entry, whatever its size).
+    pub fn changes_after(
+        &self,
+        cursor: &Cursor,
+        entries_max: usize,
+        bytes_max: u64,
+    ) -> Result<ChangePage> {
+        self.commit_all()?;
+        self.settle_staged()?;
+        let entries_max = entries_max.max(1);
+        self.db().read(|conn| {
+            let (revision, _, _, _) = crate::db::read_counters(conn)?;
+            // From the cursor's revision on, inclusive: its later paths are still to come.
+            let candidates = collect_candidates(conn, cursor.revision)?;
+            let after = (cursor.revision, order_key(&cursor.path));
+            let mut ordered: Vec<(Revision, Vec<u8>, Vec<u8>, Option<InodeNo>)> = candidates
+                .into_iter()
+                .map(|(path, c)| (c.revision, order_key(&path), path, c.ino))
+                .filter(|(rev, key, _, _)| (*rev, key) > (after.0, &after.1))
+                .collect();
+            ordered.sort();
+            let mut entries = Vec::new();
+            let mut bytes = 0u64;
+            let total = ordered.len();
+            for (taken, (rev, _, path, ino)) in ordered.into_iter().enumerate() {
+                if entries.len() >= entries_max || (bytes >= bytes_max && !entries.is_empty()) {
+                    let next = entries
+                        .last()
+                        .map(Cursor::after)
+                        .unwrap_or_else(|| cursor.clone());
+                    return Ok(ChangePage {
+                        entries,
+                        next,
+                        complete: false,
+                        revision,
+                    });
+                }
+                let state = match ino {
+                    None => EntryState::Removed,
+                    Some(ino) => entry_state(conn, ino)?,
+                };
+                let entry = ChangeEntry {
+                    revision: rev,
+                    path,
+                    state,
+                };
+                bytes += entry.weight();
+                entries.push(entry);
+                debug_assert!(taken < total);
+            }
+            let next = entries
+                .last()
+                .map(Cursor::after)
+                .unwrap_or_else(|| cursor.clone());
+            Ok(ChangePage {
+                entries,
+                next,
+                complete: true,
+                revision,
+            })
+        })
+    }
+
+    /// Which of `hashes` this workspace stores.
+    pub fn has_blocks(&self, hashes: &[BlockHash]) -> Result<Vec<bool>> {
+        self.db().read(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT 1 FROM blocks WHERE hash = ?1")
+                .ctx("probing blocks")?;
+            hashes
+                .iter()
+                .map(|h| stmt.exists([&h.0[..]]).ctx("probing blocks"))
+                .collect()
+        })
+    }
+
+    /// A stored block as it is on disk (compressed or not), to send elsewhere.
+    pub fn stored_block(&self, hash: &BlockHash) -> Result<Option<StoredBlock>> {
+        self.db().read(|conn| {
+            let row: Option<(i64, i64, Option<Vec<u8>>)> = conn
+                .prepare_cached(
+                    "SELECT raw_len, codec, (SELECT data FROM block_data d WHERE d.id = b.id)
+                     FROM blocks b WHERE hash = ?1",
+                )
+                .and_then(|mut s| {
+                    s.query_row([&hash.0[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()
+                })
+                .ctx("reading a block")?;
+            let Some((raw_len, codec, data)) = row else {
+                return Ok(None);
+            };
+            let data = data.ok_or_else(|| Error::corrupt(format!("block {hash} has no data")))?;
+            Ok(Some(StoredBlock {
+                hash: *hash,
+                codec: Codec::from_code(codec)?,
+                raw_len: raw_len as u32,
+                data,
+            }))
+        })
+    }
+
+    /// Applies states from another workspace in one transaction. File contents must be
+    /// either stored here already or among `blocks` (each verified against its hash; a
+    /// mismatch refuses the whole batch). States equal to the current ones change
+    /// nothing. Returns how many paths changed.
+    pub fn apply_changes(&self, entries: &[ChangeEntry], blocks: &[StoredBlock]) -> Result<usize> {
+        for block in blocks {
+            block.verify()?;
+        }
+        let supplied: HashMap<BlockHash, &StoredBlock> =
+            blocks.iter().map(|b| (b.hash, b)).collect();
+        self.commit_all()?;
+        self.settle_staged()?;
+        let now = self.now();
+        let cache = self.block_cache();
+        self.db().write(|txn| {
+            // Pin every stored block the batch refers to: an earlier entry (the old name
+            // of a moved file, say) must not free a block a later one reuses.
+            let mut pinned = Vec::new();
+            for entry in entries {
+                if let EntryState::File { blocks, .. } = &entry.state {
+                    for block in blocks.iter().filter(|b| !is_hole(b)) {
+                        if let Some(id) = content::retain_by_hash(txn, &block.hash)? {
+                            pinned.push(id);
+                        }
+                    }
+                }
+            }
+            let mut changed = 0;
+            for entry in entries {
+                if apply_entry(self, txn, cache, entry, &supplied, now)? {
+                    changed += 1;
+                }
+            }
+            for id in pinned {
+                content::release_block(txn, cache, id)?;
+            }
+            Ok(changed)
+        })
+    }
+}
+
+/// Every path changed at or after revision `from`, with its revision and node (`None`:
+/// removed).
+fn collect_candidates(conn: &Connection, from: Revision) -> Result<BTreeMap<Vec<u8>, Candidate>> {
+    let mut out: BTreeMap<Vec<u8>, Candidate> = BTreeMap::new();
+    let mut offer = |out: &mut BTreeMap<Vec<u8>, Candidate>,
+                     path: Vec<u8>,
+                     revision: Revision,
+                     ino: Option<InodeNo>| {
+        match out.get(&path) {
+            // A live state wins a tie with a removal: the mutation that removed the old
+            // node put the new one there.
+            Some(existing) if existing.revision > revision => {}
+            Some(existing)
+                if existing.revision == revision && existing.ino.is_some() && ino.is_none() => {}
+            _ => {
+                out.insert(path, Candidate { revision, ino });
+            }
+        }
+    };
+    // Removed paths.
+    let mut stmt = conn
+        .prepare_cached("SELECT revision, path FROM tombstones WHERE revision >= ?1")
+        .ctx("reading tombstones")?;
+    let rows = stmt
+        .query_map([from.0 as i64], |r| {
+            Ok((
+                Revision(r.get::<_, i64>(0)? as u64),
+                r.get::<_, Vec<u8>>(1)?,
+            ))
+        })
+        .ctx("reading tombstones")?;
+    for row in rows {
+        let (revision, path) = row.ctx("reading tombstones")?;
+        offer(&mut out, path, revision, None);
+    }
+    // Changed nodes, at each of their paths; a directory bound after the cursor brings
+    // its subtree along.
+    let mut stmt = conn
+        .prepare_cached("SELECT ino, revision FROM nodes WHERE revision >= ?1 AND nlink > 0")
+        .ctx("reading changed nodes")?;
+    let rows = stmt
+        .query_map([from.0 as i64], |r| {
+            Ok((
+                InodeNo(r.get::<_, i64>(0)? as u64),
+                Revision(r.get::<_, i64>(1)? as u64),
+            ))
+        })
+        .ctx("reading changed nodes")?;
+    let changed: Vec<(InodeNo, Revision)> = rows
+        .collect::<rusqlite::Result<_>>()
+        .ctx("reading changed nodes")?;
+    for (ino, revision) in changed {
+        if ino == InodeNo::ROOT {
+            offer(&mut out, b"/".to_vec(), revision, Some(ino));
+            continue;
+        }
+        for (parent, name, bound_at) in names_of(conn, ino)? {
+            let Ok(dir) = store::dir_path(conn, parent) else {
+                continue;
+            };
+            let path = join_path(&dir, &name);
+            let rev = revision.max(bound_at);
+            offer(&mut out, path.clone(), rev, Some(ino));
+            if bound_at >= from {
+                let attr = store::attr(conn, ino)?;
+                if attr.is_dir() {
+                    add_subtree(conn, ino, &path, bound_at, &mut out, &mut offer)?;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+type Offer<'a> =
+    dyn FnMut(&mut BTreeMap<Vec<u8>, Candidate>, Vec<u8>, Revision, Option<InodeNo>) + 'a;
+
+/// Offers every path below directory `dir` (at `path`) at least at revision `bound_at`.
+fn add_subtree(
+    conn: &Connection,
+    dir: InodeNo,
+    path: &[u8],
+    bound_at: Revision,
+    out: &mut BTreeMap<Vec<u8>, Candidate>,
+    offer: &mut Offer<'_>,
+) -> Result<()> {
+    let mut stack = vec![(dir, path.to_vec())];
+    while let Some((dir, dir_path)) = stack.pop() {
+        for (entry, attr) in store::list_plus(conn, dir, 0, usize::MAX)? {
+            let child = join_path(&dir_path, &entry.name);
+            offer(
+                out,
+                child.clone(),
+                attr.revision.max(bound_at),
+                Some(attr.ino),
+            );
+            if attr.is_dir() {
+                stack.push((attr.ino, child));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The entries naming `ino`: (parent, name, revision the entry was made).
+fn names_of(conn: &Connection, ino: InodeNo) -> Result<Vec<(InodeNo, Vec<u8>, Revision)>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT parent, name, revision FROM dirents WHERE ino = ?1")
+        .ctx("reading names")?;
+    let rows = stmt
+        .query_map([ino.0 as i64], |r| {
+            Ok((
+                InodeNo(r.get::<_, i64>(0)? as u64),
+                r.get::<_, Vec<u8>>(1)?,
+                Revision(r.get::<_, i64>(2)? as u64),
+            ))
+        })
+        .ctx("reading names")?;
+    rows.collect::<rusqlite::Result<_>>().ctx("reading names")
+}
+
+/// The replicable state of node `ino`.
+fn entry_state(conn: &Connection, ino: InodeNo) -> Result<EntryState> {
+    let attr = store::attr(conn, ino)?;
+    Ok(match attr.kind {
+        FileKind::Directory => EntryState::Directory {
+            perm: attr.perm,
+            mtime: attr.mtime,
+        },
+        FileKind::Symlink => EntryState::Symlink {
+            target: store::symlink_target(conn, ino)?,
+        },
+        FileKind::File => EntryState::File {
+            perm: attr.perm,
+            mtime: attr.mtime,
+            size: attr.size,
+            blocks: block_refs(conn, ino)?,
+        },
+        // Fifos, sockets and devices do not replicate: a removal keeps the receiver's
+        // tree free of something it cannot represent.
+        _ => EntryState::Removed,
+    })
+}
+
+fn block_refs(conn: &Connection, ino: InodeNo) -> Result<Vec<BlockRef>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT e.offset, e.len, b.hash FROM extents e JOIN blocks b ON b.id = e.block
+             WHERE e.ino = ?1 ORDER BY e.offset",
+        )
+        .ctx("reading extents")?;
+    let rows = stmt
+        .query_map([ino.0 as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        })
+        .ctx("reading extents")?;
+    let mut out = Vec::new();
+    let mut expected = 0i64;
+    for row in rows {
+        let (offset, len, hash) = row.ctx("reading extents")?;
+        if offset != expected {
+            // A hole: sent as zero blocks would cost bandwidth; instead the receiver
+            // leaves a gap where a block of length 0 marks the skip.
+            out.push(BlockRef {
+                hash: BlockHash([0; 32]),
+                len: (offset - expected) as u32,
+            });
+        }
+        out.push(BlockRef {
+            hash: BlockHash::from_slice(&hash)?,
+            len: len as u32,
+        });
+        expected = offset + len;
+    }
+    Ok(out)
+}
+
+/// The all-zero hash marks a hole of `len` bytes in a block list (no block has it).
+fn is_hole(block: &BlockRef) -> bool {
+    block.hash.0 == [0; 32]
+}
+
+/// Applies one entry; returns whether anything changed.
+fn apply_entry(
+    ws: &Workspace,
+    txn: &mut WriteTxn<'_>,
+    cache: &content::BlockCache,
+    entry: &ChangeEntry,
+    supplied: &HashMap<BlockHash, &StoredBlock>,
+    now: TimestampNs,
+) -> Result<bool> {
+    let path = &entry.path;
+    if path.first() != Some(&b'/') {
+        return Err(Error::invalid("change entry path is not absolute"));
+    }
+    let existing = resolve_literal(txn, path)?.and_then(|(_, _, ino)| ino);
+    if path == b"/" {
+        if let EntryState::Directory { perm, mtime } = &entry.state {
+            let mut attr = store::attr(txn, InodeNo::ROOT)?;
+            if attr.perm == *perm && attr.mtime == *mtime {
+                return Ok(false);
+            }
+            attr.perm = *perm;
+            attr.mtime = *mtime;
+            attr.ctime = now;
+            store::store_attr(txn, &attr)?;
+            return Ok(true);
+        }
+        return Err(Error::invalid("the root can only be a directory"));
+    }
+    if let Some(ino) = existing {
+        let attr = store::attr(txn, ino)?;
+        if same_state(txn, &attr, &entry.state)? {
+            return Ok(false);
+        }
+        // Directories that stay directories keep their content; anything else goes.
+        if let (FileKind::Directory, EntryState::Directory { perm, mtime }) =
+            (attr.kind, &entry.state)
+        {
+            let mut attr = attr;
+            attr.perm = *perm;
+            attr.mtime = *mtime;
+            attr.ctime = now;
+            store::store_attr(txn, &attr)?;
+            return Ok(true);
+        }
+        if let (FileKind::File, EntryState::File { .. }) = (attr.kind, &entry.state) {
+            if attr.nlink == 1 {
+                replace_file(txn, cache, ino, &entry.state, supplied, now)?;
+                return Ok(true);
+            }
+        }
+        remove_path(ws, txn, path, now)?;
+        if matches!(entry.state, EntryState::Removed) {
+            return Ok(true);
+        }
+    } else if matches!(entry.state, EntryState::Removed) {
+        return Ok(false);
+    }
+    let (parent, name) = make_parents(txn, path, now)?;
+    match &entry.state {
+        EntryState::Removed => {}
+        EntryState::Directory { perm, mtime } => {
+            let ino =
+                store::insert_node(txn, FileKind::Directory, NewNode::new(*perm), 0, None, now)?;
+            store::insert_dirent(txn, parent, &name, ino)?;
+            store::count_subdirs(txn, parent, 1)?;
+            let mut attr = store::attr(txn, ino)?;
+            attr.mtime = *mtime;
+            store::store_attr(txn, &attr)?;
+        }
+        EntryState::Symlink { target } => {
+            let ino = store::insert_node(
+                txn,
+                FileKind::Symlink,
+                NewNode::new(0o777),
+                0,
+                Some(target),
+                now,
+            )?;
+            store::insert_dirent(txn, parent, &name, ino)?;
+            store::count_subdirs(txn, parent, 0)?;
+        }
+        EntryState::File { perm, .. } => {
+            let ino = store::insert_node(txn, FileKind::File, NewNode::new(*perm), 0, None, now)?;
+            store::insert_dirent(txn, parent, &name, ino)?;
+            store::count_subdirs(txn, parent, 0)?;
+            replace_file(txn, cache, ino, &entry.state, supplied, now)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Whether node `attr` already is in `state`.
+fn same_state(conn: &Connection, attr: &Attr, state: &EntryState) -> Result<bool> {
+    Ok(match (attr.kind, state) {
+        (FileKind::Directory, EntryState::Directory { perm, mtime }) => {
+            attr.perm == *perm && attr.mtime == *mtime
+        }
+        (FileKind::Symlink, EntryState::Symlink { target }) => {
+            &store::symlink_target(conn, attr.ino)? == target
+        }
+        (
+            FileKind::File,
+            EntryState::File {
+                perm,
+                mtime,
+                size,
+                blocks,
+            },
+        ) => {
+            attr.perm == *perm
+                && attr.mtime == *mtime
+                && attr.size == *size
+                && &block_refs(conn, attr.ino)? == blocks
+        }
+        _ => false,
+    })
+}
+
+/// Gives file `ino` the content and attributes of a file state.
+fn replace_file(
+    txn: &mut WriteTxn<'_>,
+    cache: &content::BlockCache,
+    ino: InodeNo,
+    state: &EntryState,
+    supplied: &HashMap<BlockHash, &StoredBlock>,
+    now: TimestampNs,
+) -> Result<()> {
+    let EntryState::File {
+        perm,
+        mtime,
+        size,
+        blocks,
+    } = state
+    else {
+        return Err(Error::invalid("not a file state"));
+    };
+    // New references first, so a block shared with the old content never drops to zero.
+    let mut extents = Vec::with_capacity(blocks.len());
+    let mut offset = 0u64;
+    for block in blocks {
+        if !is_hole(block) {
+            let id = match content::retain_by_hash(txn, &block.hash)? {
+                Some(id) => id,
+                None => {
+                    let stored = supplied.get(&block.hash).ok_or_else(|| {
+                        Error::corrupt(format!("block {} neither stored nor supplied", block.hash))
+                    })?;
+                    if stored.raw_len != block.len {
+                        return Err(Error::corrupt(format!(
+                            "block {} has the wrong length",
+                            block.hash
+                        )));
+                    }
+                    let encoded = EncodedBlock {
+                        raw_len: stored.raw_len as usize,
+                        codec: stored.codec,
+                        data: stored.data.clone(),
+                    };
+                    content::insert_block(txn, &block.hash, &encoded)?
+                }
+            };
+            extents.push(Extent {
+                offset,
+                len: block.len as u64,
+                block: id,
+            });
+        }
+        offset += block.len as u64;
+    }
+    if offset > *size {
+        return Err(Error::corrupt("file state's blocks exceed its size"));
+    }
+    content::release_all(txn, cache, ino)?;
+    for extent in extents {
+        content::insert_extent(txn, ino, extent)?;
+    }
+    let mut attr = store::attr(txn, ino)?;
+    attr.perm = *perm & 0o7777;
+    attr.size = *size;
+    attr.mtime = *mtime;
+    attr.ctime = now;
+    store::store_attr(txn, &attr)
+}
+
+/// Removes whatever is at `path` (a whole tree for a directory).
+fn remove_path(
+    ws: &Workspace,
+    txn: &mut WriteTxn<'_>,
+    path: &[u8],
+    now: TimestampNs,
+) -> Result<()> {
+    let Some((parent, name, Some(_))) = resolve_literal(txn, path)? else {
+        return Ok(());
+    };
+    if name.is_empty() {
+        return Err(Error::invalid("cannot remove the root"));
+    }
+    // The parent's times come from its own state, not from this removal.
+    let before = store::attr(txn, parent)?;
+    ws.remove_tree_in(txn, parent, &name, now)?;
+    let mut after = store::attr(txn, parent)?;
+    after.mtime = before.mtime;
+    store::store_attr(txn, &after)
+}
+
+/// Creates the missing directories above `path`; returns its parent and name.
+fn make_parents(
+    txn: &mut WriteTxn<'_>,
+    path: &[u8],
+    now: TimestampNs,
+) -> Result<(InodeNo, Vec<u8>)> {
+    let parts: Vec<&[u8]> = path
+        .split(|&b| b == b'/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let Some((name, dirs)) = parts.split_last() else {
+        return Err(Error::invalid("empty path"));
+    };
+    let mut parent = InodeNo::ROOT;
+    for dir in dirs {
+        store::check_name(dir)?;
+        parent = match store::lookup(txn, parent, dir)? {
+            Some(ino) if store::attr(txn, ino)?.is_dir() => ino,
+            Some(_) => return Err(kind::NotDir()),
+            None => {
+                let ino = store::insert_node(
+                    txn,
+                    FileKind::Directory,
+                    NewNode::new(0o755),
+                    0,
+                    None,
+                    now,
+                )?;
+                store::insert_dirent(txn, parent, dir, ino)?;
+                store::count_subdirs(txn, parent, 1)?;
+                ino
+            }
+        };
+    }
+    store::check_name(name)?;
+    Ok((parent, name.to_vec()))
+}
+
+/// Follows `path` component by component without following any symlink: replication
+/// names exactly the entries it means. Returns (parent, name, node if present); `None`
+/// when a directory on the way is missing or is not a directory.
+fn resolve_literal(
+    conn: &Connection,
+    path: &[u8],
+) -> Result<Option<(InodeNo, Vec<u8>, Option<InodeNo>)>> {
+    let parts: Vec<&[u8]> = path
+        .split(|&b| b == b'/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let Some((name, dirs)) = parts.split_last() else {
+        return Ok(Some((InodeNo::ROOT, Vec::new(), Some(InodeNo::ROOT))));
+    };
+    let mut parent = InodeNo::ROOT;
+    for dir in dirs {
+        match store::lookup(conn, parent, dir)? {
+            Some(ino) if store::attr(conn, ino)?.is_dir() => parent = ino,
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some((
+        parent,
+        name.to_vec(),
+        store::lookup(conn, parent, name)?,
+    )))
+}
