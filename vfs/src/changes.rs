@@ -19,7 +19,7 @@ use rusqlite::{Connection, OptionalExtension};
 use crate::block::{self, BlockHash, Codec, EncodedBlock};
 use crate::content::{self, Extent};
 use crate::db::WriteTxn;
-use crate::error::{kind, Error, Result, StorageContext};
+use crate::error::{Error, Result, StorageContext};
 use crate::store;
 use crate::types::*;
 use crate::workspace::Workspace;
@@ -131,6 +131,16 @@ impl StoredBlock {
     }
 }
 
+/// A candidate in page order: (revision, order key, path, node).
+type Ordered = (Revision, Vec<u8>, Vec<u8>, Option<InodeNo>);
+
+/// What changed from a revision on: live paths, and removed paths with the revision
+/// of their last removal.
+struct Candidates {
+    live: BTreeMap<Vec<u8>, Candidate>,
+    removed: BTreeMap<Vec<u8>, Revision>,
+}
+
 /// A path's candidate entry while a page is assembled.
 struct Candidate {
     revision: Revision,
@@ -179,9 +189,20 @@ impl Workspace {
             // From the cursor's revision on, inclusive: its later paths are still to come.
             let candidates = collect_candidates(conn, cursor.revision)?;
             let after = (cursor.revision, order_key(&cursor.path));
-            let mut ordered: Vec<(Revision, Vec<u8>, Vec<u8>, Option<InodeNo>)> = candidates
+            let Candidates { live, removed } = candidates;
+            // A path removed and later filled again gets both entries: the removal first,
+            // so nothing that was below the old node survives on the receiver. Removed
+            // and filled in one mutation (rename over a file or an empty directory), the
+            // new state says it all.
+            let removals: Vec<Ordered> = removed
+                .into_iter()
+                .filter(|(path, rev)| live.get(path).is_none_or(|c| c.revision > *rev))
+                .map(|(path, rev)| (rev, order_key(&path), path, None))
+                .collect();
+            let mut ordered: Vec<Ordered> = live
                 .into_iter()
                 .map(|(path, c)| (c.revision, order_key(&path), path, c.ino))
+                .chain(removals)
                 .filter(|(rev, key, _, _)| (*rev, key) > (after.0, &after.1))
                 .collect();
             ordered.sort();
@@ -309,18 +330,14 @@ impl Workspace {
 
 /// Every path changed at or after revision `from`, with its revision and node (`None`:
 /// removed).
-fn collect_candidates(conn: &Connection, from: Revision) -> Result<BTreeMap<Vec<u8>, Candidate>> {
+fn collect_candidates(conn: &Connection, from: Revision) -> Result<Candidates> {
     let mut out: BTreeMap<Vec<u8>, Candidate> = BTreeMap::new();
     let mut offer = |out: &mut BTreeMap<Vec<u8>, Candidate>,
                      path: Vec<u8>,
                      revision: Revision,
                      ino: Option<InodeNo>| {
         match out.get(&path) {
-            // A live state wins a tie with a removal: the mutation that removed the old
-            // node put the new one there.
-            Some(existing) if existing.revision > revision => {}
-            Some(existing)
-                if existing.revision == revision && existing.ino.is_some() && ino.is_none() => {}
+            Some(existing) if existing.revision >= revision => {}
             _ => {
                 out.insert(path, Candidate { revision, ino });
             }
@@ -338,9 +355,11 @@ fn collect_candidates(conn: &Connection, from: Revision) -> Result<BTreeMap<Vec<
             ))
         })
         .ctx("reading tombstones")?;
+    let mut removed: BTreeMap<Vec<u8>, Revision> = BTreeMap::new();
     for row in rows {
         let (revision, path) = row.ctx("reading tombstones")?;
-        offer(&mut out, path, revision, None);
+        let latest = removed.entry(path).or_default();
+        *latest = (*latest).max(revision);
     }
     // Changed nodes, at each of their paths; a directory bound after the cursor brings
     // its subtree along.
@@ -378,7 +397,7 @@ fn collect_candidates(conn: &Connection, from: Revision) -> Result<BTreeMap<Vec<
             }
         }
     }
-    Ok(out)
+    Ok(Candidates { live: out, removed })
 }
 
 type Offer<'a> =
@@ -550,7 +569,7 @@ fn apply_entry(
     } else if matches!(entry.state, EntryState::Removed) {
         return Ok(false);
     }
-    let (parent, name) = make_parents(txn, path, now)?;
+    let (parent, name) = make_parents(ws, txn, path, now)?;
     match &entry.state {
         EntryState::Removed => {}
         EntryState::Directory { perm, mtime } => {
@@ -700,6 +719,7 @@ fn remove_path(
 
 /// Creates the missing directories above `path`; returns its parent and name.
 fn make_parents(
+    ws: &Workspace,
     txn: &mut WriteTxn<'_>,
     path: &[u8],
     now: TimestampNs,
@@ -714,9 +734,17 @@ fn make_parents(
     let mut parent = InodeNo::ROOT;
     for dir in dirs {
         store::check_name(dir)?;
+        let existing = store::lookup(txn, parent, dir)?;
+        if let Some(ino) = existing {
+            if !store::attr(txn, ino)?.is_dir() {
+                // The sender has a directory here (something lives below it); what we
+                // have was replaced there, in an entry coalesced into that directory's.
+                store::remove_dirent(txn, parent, dir)?;
+                ws.drop_link(txn, ino, now)?;
+            }
+        }
         parent = match store::lookup(txn, parent, dir)? {
-            Some(ino) if store::attr(txn, ino)?.is_dir() => ino,
-            Some(_) => return Err(kind::NotDir()),
+            Some(ino) => ino,
             None => {
                 let ino = store::insert_node(
                     txn,
@@ -736,13 +764,13 @@ fn make_parents(
     Ok((parent, name.to_vec()))
 }
 
+/// (parent, name, node if present) of a path.
+type Literal = (InodeNo, Vec<u8>, Option<InodeNo>);
+
 /// Follows `path` component by component without following any symlink: replication
 /// names exactly the entries it means. Returns (parent, name, node if present); `None`
 /// when a directory on the way is missing or is not a directory.
-fn resolve_literal(
-    conn: &Connection,
-    path: &[u8],
-) -> Result<Option<(InodeNo, Vec<u8>, Option<InodeNo>)>> {
+fn resolve_literal(conn: &Connection, path: &[u8]) -> Result<Option<Literal>> {
     let parts: Vec<&[u8]> = path
         .split(|&b| b == b'/')
         .filter(|p| !p.is_empty())
