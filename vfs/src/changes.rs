@@ -84,6 +84,11 @@ pub struct ChangeEntry {
     /// Absolute path, `/` first.
     pub path: Vec<u8>,
     pub state: EntryState,
+    /// How far the sender had applied the receiver's changes when it made this one (the
+    /// receiver's cursor): what the change was made *against*. Anything the receiver
+    /// changed after it is news to the sender and must not be overwritten unseen.
+    /// [`Cursor::START`] (assume nothing was seen) outside replication with a peer.
+    pub base: Cursor,
 }
 
 impl ChangeEntry {
@@ -230,6 +235,7 @@ impl Workspace {
                     revision: rev,
                     path,
                     state,
+                    base: Cursor::START,
                 };
                 bytes += entry.weight();
                 entries.push(entry);
@@ -292,6 +298,17 @@ impl Workspace {
     /// mismatch refuses the whole batch). States equal to the current ones change
     /// nothing. Returns how many paths changed.
     pub fn apply_changes(&self, entries: &[ChangeEntry], blocks: &[StoredBlock]) -> Result<usize> {
+        self.apply_changes_with(entries, blocks, &|_| Ok(()))
+    }
+
+    /// [`Workspace::apply_changes`], running `also` in the same transaction (to record
+    /// the cursor the batch covers).
+    pub(crate) fn apply_changes_with(
+        &self,
+        entries: &[ChangeEntry],
+        blocks: &[StoredBlock],
+        also: &dyn Fn(&WriteTxn<'_>) -> Result<()>,
+    ) -> Result<usize> {
         for block in blocks {
             block.verify()?;
         }
@@ -323,6 +340,11 @@ impl Workspace {
             for id in pinned {
                 content::release_block(txn, cache, id)?;
             }
+            if changed == 0 {
+                // An echo or a replay: bookkeeping only, no revision of its own.
+                txn.keep_revision();
+            }
+            also(txn)?;
             Ok(changed)
         })
     }
@@ -604,7 +626,7 @@ fn apply_entry(
 }
 
 /// Whether node `attr` already is in `state`.
-fn same_state(conn: &Connection, attr: &Attr, state: &EntryState) -> Result<bool> {
+pub(crate) fn same_state(conn: &Connection, attr: &Attr, state: &EntryState) -> Result<bool> {
     Ok(match (attr.kind, state) {
         (FileKind::Directory, EntryState::Directory { perm, mtime }) => {
             attr.perm == *perm && attr.mtime == *mtime

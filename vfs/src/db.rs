@@ -99,6 +99,21 @@ CREATE TABLE staged (
     ino   INTEGER PRIMARY KEY,
     file  TEXT NOT NULL
 );
+CREATE TABLE peers (
+    peer           TEXT PRIMARY KEY,
+    replica_id     TEXT NOT NULL,
+    delivered_rev  INTEGER NOT NULL,
+    delivered_path BLOB NOT NULL,
+    applied_rev    INTEGER NOT NULL,
+    applied_path   BLOB NOT NULL
+);
+CREATE TABLE received (
+    revision     INTEGER PRIMARY KEY,
+    peer         TEXT NOT NULL,
+    through_rev  INTEGER NOT NULL,
+    through_path BLOB NOT NULL
+);
+CREATE INDEX received_by_peer ON received (peer, revision);
 "#;
 
 /// How to open a database.
@@ -489,6 +504,7 @@ impl Db {
                 next_cookie: state.next_cookie,
                 next_block: state.next_block,
                 quota_checked: true,
+                takes_revision: true,
             };
             let out = f(&mut txn)?;
             let state = txn.finish()?;
@@ -632,6 +648,8 @@ pub(crate) struct WriteTxn<'c> {
     next_block: u64,
     /// Cleared by mutations that only free space, which always pass.
     quota_checked: bool,
+    /// False for bookkeeping that changes no node (peer cursors): it takes no revision.
+    takes_revision: bool,
 }
 
 impl std::ops::Deref for WriteTxn<'_> {
@@ -643,6 +661,16 @@ impl std::ops::Deref for WriteTxn<'_> {
 
 impl WriteTxn<'_> {
     /// Lets this transaction exceed the quota: it only deletes or frees.
+    /// This transaction changes no node, only bookkeeping: it does not take a revision.
+    pub fn keep_revision(&mut self) {
+        self.takes_revision = false;
+    }
+
+    /// Whether this transaction commits as a revision of its own.
+    pub fn takes_revision(&self) -> bool {
+        self.takes_revision
+    }
+
     pub fn skip_quota(&mut self) {
         self.quota_checked = false;
     }
@@ -672,6 +700,14 @@ impl WriteTxn<'_> {
         id as i64
     }
 
+    fn committed_revision(&self) -> Revision {
+        if self.takes_revision {
+            self.revision
+        } else {
+            Revision(self.revision.0 - 1)
+        }
+    }
+
     /// Checks the quota and writes the counters back; returns them.
     fn finish(self) -> Result<StateRow> {
         if self.quota_checked {
@@ -694,7 +730,7 @@ impl WriteTxn<'_> {
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
-                    self.revision.0 as i64,
+                    self.committed_revision().0 as i64,
                     self.stored_bytes as i64,
                     self.node_count as i64,
                     self.next_ino as i64,
@@ -706,7 +742,7 @@ impl WriteTxn<'_> {
             })
             .ctx("advancing the revision")?;
         Ok(StateRow {
-            revision: self.revision,
+            revision: self.committed_revision(),
             stored_bytes: self.stored_bytes,
             node_count: self.node_count,
             next_ino: self.next_ino,

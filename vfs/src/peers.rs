@@ -1,0 +1,723 @@
+//! Peers: who replicates with this workspace, how far each has come, and applying their
+//! changes without losing any version.
+//!
+//! Each side keeps a row per peer. The authoritative workspace has one per replica (and
+//! later per execution backend); a replica has one, for its upstream. Both sides keep the
+//! same two cursors:
+//! - `delivered`: how far the peer has applied *our* changes (our revisions);
+//! - `applied`: how far we have applied the *peer's* changes (its revisions).
+//!
+//! A cursor moves only in the transaction that does what it records, and never backwards.
+//! Every transaction that applies a peer's batch is recorded in `received` under that
+//! peer, with how far the peer's changes were applied after it. That gives the rules
+//! everything else rests on:
+//! - every change we send carries its *base*: how far we had applied the peer's
+//!   changes when we made it (the latest received revision before it);
+//! - a change of the receiver's is *unseen* by an incoming change when the incoming
+//!   change's base does not cover it and it was not received from that peer; only
+//!   unseen changes can conflict with the peer's. (The peer's cursor *now* would not
+//!   do: a removal made before a pull must not take what that pull brought.)
+//! - changes received from a peer are never sent back to it.
+//!
+//! Conflicts lose nothing. When both sides changed what is at a path, the authoritative
+//! version stays at the path on both sides and the other is kept beside it as
+//! `name.conflict-<peer>-<revision>`, which then replicates like any new file. A removal
+//! never takes an unseen change with it: the removal of a directory takes only what the
+//! remover had seen, and the removal of an unseen file is refused (the file comes back to
+//! the remover).
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::changes::{self, ChangeEntry, ChangePage, Cursor, EntryState, StoredBlock};
+use crate::error::{Error, Result, StorageContext};
+use crate::store;
+use crate::types::*;
+use crate::workspace::Workspace;
+
+/// Where a peer stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerState {
+    pub peer: String,
+    /// The identity of the peer's local state; a peer that comes back with another one
+    /// lost its disk and starts over.
+    pub replica_id: String,
+    /// How far the peer has applied this workspace's changes (our revisions).
+    pub delivered: Cursor,
+    /// How far this workspace has applied the peer's changes (the peer's revisions).
+    pub applied: Cursor,
+}
+
+/// A path both sides changed. `kept_as` holds the version that did not stay at `path`
+/// (equal to `path` when a removal was refused and the file stayed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    pub path: Vec<u8>,
+    pub kept_as: Vec<u8>,
+}
+
+/// What applying a batch from a peer did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// How far the peer's changes are now applied.
+    pub through: Cursor,
+    /// Paths changed.
+    pub changed: usize,
+    pub conflicts: Vec<Conflict>,
+}
+
+fn load(conn: &Connection, peer: &str) -> Result<Option<PeerState>> {
+    conn.prepare_cached(
+        "SELECT replica_id, delivered_rev, delivered_path, applied_rev, applied_path
+         FROM peers WHERE peer = ?1",
+    )
+    .and_then(|mut s| {
+        s.query_row([peer], |r| {
+            Ok(PeerState {
+                peer: peer.to_owned(),
+                replica_id: r.get(0)?,
+                delivered: Cursor {
+                    revision: Revision(r.get::<_, i64>(1)? as u64),
+                    path: r.get(2)?,
+                },
+                applied: Cursor {
+                    revision: Revision(r.get::<_, i64>(3)? as u64),
+                    path: r.get(4)?,
+                },
+            })
+        })
+        .optional()
+    })
+    .ctx("reading a peer")
+}
+
+fn store_peer(conn: &Connection, state: &PeerState) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO peers
+           (peer, replica_id, delivered_rev, delivered_path, applied_rev, applied_path)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            state.peer,
+            state.replica_id,
+            state.delivered.revision.0 as i64,
+            state.delivered.path,
+            state.applied.revision.0 as i64,
+            state.applied.path
+        ])
+    })
+    .ctx("recording a peer")?;
+    Ok(())
+}
+
+/// The peer's record, refusing a replaced replica.
+fn fenced(conn: &Connection, peer: &str, replica_id: &str) -> Result<PeerState> {
+    match load(conn, peer)? {
+        Some(state) if state.replica_id == replica_id => Ok(state),
+        Some(_) => Err(Error::invalid(
+            "the peer was replaced by another replica: register again",
+        )),
+        None => Err(Error::invalid("unknown peer: register first")),
+    }
+}
+
+/// Which of our changes a peer had when it made a change: those its `base` covers and
+/// those we received from it.
+struct PeerView<'a> {
+    peer: &'a str,
+    base: &'a Cursor,
+}
+
+impl PeerView<'_> {
+    /// Whether the change that left `path` at `revision` here may be unknown to the peer.
+    fn unseen(&self, conn: &Connection, revision: Revision, path: &[u8]) -> Result<bool> {
+        let at = Cursor {
+            revision,
+            path: path.to_vec(),
+        };
+        if changes::cursor_at_or_after(self.base, &at) {
+            return Ok(false);
+        }
+        Ok(!received_from(conn, revision, self.peer)?)
+    }
+}
+
+/// How far we had applied `peer`'s changes when we made our change at `revision`.
+fn base_of(conn: &Connection, peer: &str, revision: Revision) -> Result<Cursor> {
+    conn.prepare_cached(
+        "SELECT through_rev, through_path FROM received
+         WHERE peer = ?1 AND revision < ?2 ORDER BY revision DESC LIMIT 1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![peer, revision.0 as i64], |r| {
+            Ok(Cursor {
+                revision: Revision(r.get::<_, i64>(0)? as u64),
+                path: r.get(1)?,
+            })
+        })
+        .optional()
+    })
+    .map(|c| c.unwrap_or(Cursor::START))
+    .ctx("reading received revisions")
+}
+
+fn received_from(conn: &Connection, revision: Revision, peer: &str) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM received WHERE revision = ?1 AND peer = ?2")
+        .and_then(|mut s| s.exists(params![revision.0 as i64, peer]))
+        .ctx("reading received revisions")
+}
+
+/// A node found at a path, with whether the way to it changed unseen by the peer.
+struct Found {
+    parent: InodeNo,
+    ino: InodeNo,
+    attr: Attr,
+    /// A directory on the way or the entry itself was bound unseen.
+    bound_unseen: bool,
+}
+
+/// Follows `path` literally (no symlinks); `None` when nothing is there.
+fn find(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<Option<Found>> {
+    let mut ino = InodeNo::ROOT;
+    let mut parent = InodeNo::ROOT;
+    let mut walked = Vec::with_capacity(path.len());
+    let mut bound_unseen = false;
+    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        if !store::attr(conn, ino)?.is_dir() {
+            return Ok(None);
+        }
+        walked.push(b'/');
+        walked.extend_from_slice(part);
+        let bound: Option<(i64, i64)> = conn
+            .prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![ino.0 as i64, part], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .ctx("reading an entry")?;
+        let Some((child, bound_at)) = bound else {
+            return Ok(None);
+        };
+        bound_unseen = bound_unseen || view.unseen(conn, Revision(bound_at as u64), &walked)?;
+        parent = ino;
+        ino = InodeNo(child as u64);
+    }
+    let attr = store::attr(conn, ino)?;
+    Ok(Some(Found {
+        parent,
+        ino,
+        attr,
+        bound_unseen,
+    }))
+}
+
+/// A node below a directory, found by [`subtree`].
+struct Below {
+    path: Vec<u8>,
+    is_dir: bool,
+    /// Its own entry or (for a non-directory) its content changed unseen.
+    unseen: bool,
+}
+
+/// Everything below directory `ino` (at `path`), parents before children.
+fn subtree(
+    conn: &Connection,
+    ino: InodeNo,
+    path: &[u8],
+    view: &PeerView<'_>,
+) -> Result<Vec<Below>> {
+    let mut out = Vec::new();
+    let mut stack = vec![(ino, path.to_vec())];
+    while let Some((dir, dir_path)) = stack.pop() {
+        let children: Vec<(i64, Vec<u8>, i64)> = conn
+            .prepare_cached("SELECT ino, name, revision FROM dirents WHERE parent = ?1")
+            .and_then(|mut s| {
+                s.query_map([dir.0 as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .ctx("listing a directory")?;
+        for (child, name, bound_at) in children {
+            let child = InodeNo(child as u64);
+            let mut child_path = dir_path.clone();
+            if child_path != b"/" {
+                child_path.push(b'/');
+            }
+            child_path.extend_from_slice(&name);
+            let attr = store::attr(conn, child)?;
+            let mut unseen = view.unseen(conn, Revision(bound_at as u64), &child_path)?;
+            // A directory's own revision moves with every child added or removed; what
+            // matters is its children, each checked on its own.
+            if !attr.is_dir() {
+                unseen = unseen || view.unseen(conn, attr.revision, &child_path)?;
+            }
+            if attr.is_dir() {
+                stack.push((child, child_path.clone()));
+            }
+            out.push(Below {
+                path: child_path,
+                is_dir: attr.is_dir(),
+                unseen,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// How one incoming entry meets what is at its path here.
+enum Meeting {
+    /// Nothing unseen is in the way: apply the entry as it is.
+    Apply,
+    /// Already in that state.
+    Same,
+    /// An unseen version of ours is at the path and the entry would replace it.
+    Clash,
+    /// The entry removes a directory holding unseen changes: remove only what the
+    /// peer had seen, keep the rest.
+    RemoveSeen(Removal),
+    /// The entry removes an unseen version of ours: refused.
+    KeepOurs,
+}
+
+fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<Meeting> {
+    let Some(found) = find(conn, &entry.path, view)? else {
+        // Nothing here: a removal has nothing to do, anything else simply lands.
+        return Ok(if entry.state == EntryState::Removed {
+            Meeting::Same
+        } else {
+            Meeting::Apply
+        });
+    };
+    if changes::same_state(conn, &found.attr, &entry.state)? {
+        return Ok(Meeting::Same);
+    }
+    if found.attr.is_dir() {
+        if matches!(entry.state, EntryState::Directory { .. }) {
+            // Directories merge: their content is their children, each its own entry.
+            return Ok(Meeting::Apply);
+        }
+        let below = subtree(conn, found.ino, &entry.path, view)?;
+        let kept_below = below.iter().any(|b| b.unseen);
+        // The directory's own revision: its attributes, or a child added or removed.
+        let touched = view.unseen(conn, found.attr.revision, &entry.path)?;
+        if !found.bound_unseen && !kept_below && !touched {
+            return Ok(Meeting::Apply);
+        }
+        return Ok(match entry.state {
+            EntryState::Removed if found.bound_unseen => {
+                // The directory came here after the peer's base: its removal was of
+                // whatever was at the path before.
+                Meeting::KeepOurs
+            }
+            EntryState::Removed => Meeting::RemoveSeen(seen_removals(&entry.path, &below)),
+            _ => Meeting::Clash,
+        });
+    }
+    let unseen = found.bound_unseen || view.unseen(conn, found.attr.revision, &entry.path)?;
+    Ok(match (unseen, &entry.state) {
+        (false, _) => Meeting::Apply,
+        (true, EntryState::Removed) => Meeting::KeepOurs,
+        (true, _) => Meeting::Clash,
+    })
+}
+
+/// A removal cut down to what the peer had seen.
+struct Removal {
+    /// The top-most paths holding nothing unseen: removing these removes everything
+    /// the peer had seen and nothing else.
+    remove: Vec<Vec<u8>>,
+    /// The directories that stay (the removed one and those on the way to what is
+    /// kept). Removing their children stamps them as received, which would hide them
+    /// from the peer, so they are stamped again as ours afterwards: the peer, which
+    /// removed them, learns they are back.
+    stay: Vec<Vec<u8>>,
+}
+
+/// Cuts the removal of the directory at `path` down to what the peer saw; `below` is
+/// everything in it, parents before children.
+fn seen_removals(path: &[u8], below: &[Below]) -> Removal {
+    let keeps = |path: &[u8]| below.iter().any(|b| b.unseen && is_within(&b.path, path));
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for item in below {
+        let covered = out.iter().any(|p| is_within(&item.path, p));
+        if covered || keeps(&item.path) {
+            continue;
+        }
+        debug_assert!(!item.unseen);
+        out.push(item.path.clone());
+    }
+    let mut stay = vec![path.to_vec()];
+    stay.extend(
+        below
+            .iter()
+            .filter(|b| b.is_dir && !out.iter().any(|p| is_within(&b.path, p)))
+            .map(|b| b.path.clone()),
+    );
+    Removal { remove: out, stay }
+}
+
+/// A free name for the losing version of `path`: `path.conflict-<peer>-<revision>`, or
+/// with a counter if that is taken by something else than `state`.
+fn conflict_name(
+    conn: &Connection,
+    path: &[u8],
+    peer: &str,
+    revision: Revision,
+    state: Option<&EntryState>,
+) -> Result<Vec<u8>> {
+    let tag: String = peer
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(12)
+        .collect();
+    let suffix = format!(".conflict-{tag}-{}", revision.0);
+    // Room for the suffix and a counter within NAME_MAX: a long name gives way.
+    let name_len = last_component(path).len();
+    let keep = name_len.min(store::NAME_MAX - suffix.len() - 8);
+    let mut base = path[..path.len() - name_len + keep].to_vec();
+    base.extend_from_slice(suffix.as_bytes());
+    let mut candidate = base.clone();
+    for n in 1.. {
+        let free = match crate::fs::resolve_in(conn, &candidate, false) {
+            Ok(r) => match r.ino {
+                None => true,
+                // A retried batch finds its own copy from the first attempt.
+                Some(ino) => match state {
+                    Some(state) => changes::same_state(conn, &store::attr(conn, ino)?, state)?,
+                    None => false,
+                },
+            },
+            Err(Error::NotFound(_)) | Err(Error::NotDir(_)) => true,
+            Err(e) => return Err(e),
+        };
+        if free {
+            break;
+        }
+        candidate = base.clone();
+        candidate.extend_from_slice(format!("-{n}").as_bytes());
+    }
+    Ok(candidate)
+}
+
+/// Which side's version stays at a contested path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Authority {
+    /// We are authoritative: ours stays, the peer's is kept beside it.
+    Ours,
+    /// The peer is: ours moves aside before the peer's lands.
+    Theirs,
+}
+
+impl Workspace {
+    /// The record of `peer`, if it ever synced.
+    pub fn peer(&self, peer: &str) -> Result<Option<PeerState>> {
+        self.db().read(|conn| load(conn, peer))
+    }
+
+    /// Records `peer` with local state `replica_id`. A known peer with another replica id
+    /// lost its disk: its cursors start over (and whatever it held unpushed is lost to
+    /// it, never mistaken for synced). Returns the record and whether it was reset.
+    pub fn register_peer(&self, peer: &str, replica_id: &str) -> Result<(PeerState, bool)> {
+        self.db().write(|txn| {
+            txn.keep_revision();
+            let existing = load(txn, peer)?;
+            let (state, reset) = match existing {
+                Some(state) if state.replica_id == replica_id => (state, false),
+                other => (
+                    PeerState {
+                        peer: peer.to_owned(),
+                        replica_id: replica_id.to_owned(),
+                        delivered: Cursor::START,
+                        applied: Cursor::START,
+                    },
+                    other.is_some(),
+                ),
+            };
+            if reset {
+                txn.execute("DELETE FROM received WHERE peer = ?1", [peer])
+                    .ctx("forgetting a replaced peer")?;
+            }
+            store_peer(txn, &state)?;
+            Ok((state, reset))
+        })
+    }
+
+    /// Our changes after `cursor` that `peer` does not have: [`Workspace::changes_after`]
+    /// without what we received from it. The page's `next` covers the dropped entries
+    /// too.
+    pub fn changes_for(
+        &self,
+        peer: &str,
+        cursor: &Cursor,
+        entries_max: usize,
+        bytes_max: u64,
+    ) -> Result<ChangePage> {
+        let mut page = self.changes_after(cursor, entries_max, bytes_max)?;
+        let drop: Vec<bool> = self.db().read(|conn| {
+            page.entries
+                .iter()
+                .map(|e| {
+                    if received_from(conn, e.revision, peer)? {
+                        return Ok(true);
+                    }
+                    // A removal of ours that the peer's version filled again since (our
+                    // version moved aside under a conflict name, say) is not news to it.
+                    if e.state == EntryState::Removed {
+                        // Not for a directory: our removal still takes whatever of the
+                        // old tree the peer had and we had seen.
+                        let view = PeerView {
+                            peer,
+                            base: &Cursor::START,
+                        };
+                        if let Some(found) = find(conn, &e.path, &view)? {
+                            let now = found.attr.revision;
+                            return Ok(!found.attr.is_dir()
+                                && now > e.revision
+                                && received_from(conn, now, peer)?);
+                        }
+                    }
+                    Ok(false)
+                })
+                .collect()
+        })?;
+        let mut dropped = drop.into_iter();
+        page.entries.retain(|_| !dropped.next().unwrap_or(false));
+        self.db().read(|conn| {
+            for entry in &mut page.entries {
+                entry.base = base_of(conn, peer, entry.revision)?;
+            }
+            Ok(())
+        })?;
+        Ok(page)
+    }
+
+    /// The peer applied our changes through `cursor`. Never moves the record backwards;
+    /// returns the record's cursor.
+    pub fn mark_delivered(&self, peer: &str, replica_id: &str, cursor: &Cursor) -> Result<Cursor> {
+        let current = self.db().read(|conn| fenced(conn, peer, replica_id))?;
+        if changes::cursor_at_or_after(&current.delivered, cursor) {
+            return Ok(current.delivered);
+        }
+        self.db().write(|txn| {
+            txn.keep_revision();
+            let mut state = fenced(txn, peer, replica_id)?;
+            if !changes::cursor_at_or_after(&state.delivered, cursor) {
+                state.delivered = cursor.clone();
+                store_peer(txn, &state)?;
+                // Received rows stay: an incoming change's base can be older than
+                // this cursor, and deciding what it saw needs them. (One small row per
+                // applied batch; pruning rows no node carries any more is future work.)
+            }
+            Ok(state.delivered)
+        })
+    }
+
+    /// Authoritative side: applies a batch of a replica's changes, its cursor `through`
+    /// after them. Where the replica's version meets an unseen one of ours, ours stays
+    /// and theirs is kept under a conflict name (and travels back to the replica). A
+    /// batch already applied changes nothing.
+    pub fn apply_push(
+        &self,
+        peer: &str,
+        replica_id: &str,
+        entries: &[ChangeEntry],
+        blocks: &[StoredBlock],
+        through: &Cursor,
+    ) -> Result<Applied> {
+        self.apply_from(peer, replica_id, entries, blocks, through, Authority::Ours)
+    }
+
+    /// Replica side: applies a batch of upstream changes, its cursor `through` after
+    /// them. Where upstream's version meets an unpushed one of ours, ours moves aside
+    /// under a conflict name (and is pushed like any change) and upstream's lands.
+    pub fn apply_pull(
+        &self,
+        upstream: &str,
+        upstream_id: &str,
+        entries: &[ChangeEntry],
+        blocks: &[StoredBlock],
+        through: &Cursor,
+    ) -> Result<Applied> {
+        self.apply_from(
+            upstream,
+            upstream_id,
+            entries,
+            blocks,
+            through,
+            Authority::Theirs,
+        )
+    }
+
+    fn apply_from(
+        &self,
+        peer: &str,
+        replica_id: &str,
+        entries: &[ChangeEntry],
+        blocks: &[StoredBlock],
+        through: &Cursor,
+        authority: Authority,
+    ) -> Result<Applied> {
+        self.commit_all()?;
+        self.settle_staged()?;
+        let record = self.db().read(|conn| fenced(conn, peer, replica_id))?;
+        if changes::cursor_at_or_after(&record.applied, through) {
+            return Ok(Applied {
+                through: record.applied,
+                ..Applied::default()
+            });
+        }
+        // Decide against a snapshot; applying re-checks nothing, so a local mutation
+        // racing this one may win a path (it is then unseen and replicates back).
+        let mut conflicts = Vec::new();
+        let mut batch = Vec::with_capacity(entries.len());
+        // Authority::Ours: the peer's losing versions, written under conflict names
+        // outside the received batch so they travel back to the peer.
+        let mut copies = Vec::new();
+        // Authority::Theirs: our losing versions, moved aside before the batch.
+        let mut moves = Vec::new();
+        // Directories a cut-down removal leaves, to stamp as ours after the batch.
+        let mut restamp: Vec<Vec<u8>> = Vec::new();
+        self.db().read(|conn| {
+            // Paths an earlier entry of this batch removes: the snapshot still shows
+            // what was there, but a later entry (the same path filled again) meets
+            // nothing.
+            let mut cleared: Vec<Vec<u8>> = Vec::new();
+            for entry in entries {
+                let view = PeerView {
+                    peer,
+                    base: &entry.base,
+                };
+                let meeting = if cleared.iter().any(|c| is_within(&entry.path, c)) {
+                    Meeting::Apply
+                } else {
+                    meet(conn, entry, &view)?
+                };
+                match meeting {
+                    Meeting::Same => {}
+                    Meeting::Apply => {
+                        if entry.state == EntryState::Removed {
+                            cleared.push(entry.path.clone());
+                        }
+                        batch.push(entry.clone());
+                    }
+                    Meeting::KeepOurs => conflicts.push(Conflict {
+                        path: entry.path.clone(),
+                        kept_as: entry.path.clone(),
+                    }),
+                    Meeting::RemoveSeen(Removal { remove, stay }) => {
+                        conflicts.push(Conflict {
+                            path: entry.path.clone(),
+                            kept_as: entry.path.clone(),
+                        });
+                        cleared.extend(remove.iter().cloned());
+                        restamp.extend(stay);
+                        batch.extend(remove.into_iter().map(|path| ChangeEntry {
+                            revision: entry.revision,
+                            path,
+                            state: EntryState::Removed,
+                            base: entry.base.clone(),
+                        }));
+                    }
+                    Meeting::Clash => match authority {
+                        Authority::Ours => {
+                            let kept_as = conflict_name(
+                                conn,
+                                &entry.path,
+                                peer,
+                                entry.revision,
+                                Some(&entry.state),
+                            )?;
+                            conflicts.push(Conflict {
+                                path: entry.path.clone(),
+                                kept_as: kept_as.clone(),
+                            });
+                            copies.push(ChangeEntry {
+                                revision: entry.revision,
+                                path: kept_as,
+                                state: entry.state.clone(),
+                                base: entry.base.clone(),
+                            });
+                        }
+                        Authority::Theirs => {
+                            let found = find(conn, &entry.path, &view)?
+                                .ok_or_else(|| Error::invalid("a contested path vanished"))?;
+                            let kept_as =
+                                conflict_name(conn, &entry.path, peer, found.attr.revision, None)?;
+                            moves.push((found.parent, entry.path.clone(), kept_as));
+                            batch.push(entry.clone());
+                        }
+                    },
+                }
+            }
+            Ok(())
+        })?;
+        if !copies.is_empty() {
+            self.apply_changes(&copies, blocks)?;
+        }
+        for (parent, path, kept_as) in moves {
+            // A local rename: it replicates like any change of ours.
+            self.rename(
+                parent,
+                last_component(&path),
+                parent,
+                last_component(&kept_as),
+                RenameFlags {
+                    no_replace: true,
+                    ..RenameFlags::default()
+                },
+            )?;
+            conflicts.push(Conflict { path, kept_as });
+        }
+        let record_batch = |txn: &crate::db::WriteTxn<'_>| -> Result<()> {
+            let mut state = fenced(txn, peer, replica_id)?;
+            if !changes::cursor_at_or_after(&state.applied, through) {
+                state.applied = through.clone();
+                store_peer(txn, &state)?;
+            }
+            if !txn.takes_revision() {
+                return Ok(()); // Nothing changed: no revision to record.
+            }
+            txn.execute(
+                "INSERT OR REPLACE INTO received (revision, peer, through_rev, through_path)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    txn.revision.0 as i64,
+                    peer,
+                    through.revision.0 as i64,
+                    through.path
+                ],
+            )
+            .ctx("recording a received revision")?;
+            Ok(())
+        };
+        let changed = self.apply_changes_with(&batch, blocks, &record_batch)?;
+        if !restamp.is_empty() {
+            let now = self.now();
+            self.db().write(|txn| {
+                let view = PeerView {
+                    peer,
+                    base: &Cursor::START,
+                };
+                for path in &restamp {
+                    if let Some(found) = find(txn, path, &view)? {
+                        store::touch_ctime(txn, found.ino, now)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(Applied {
+            through: through.clone(),
+            changed,
+            conflicts,
+        })
+    }
+}
+
+/// Whether `path` is `dir` or below it.
+fn is_within(path: &[u8], dir: &[u8]) -> bool {
+    path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/' || dir == b"/")
+}
+
+fn last_component(path: &[u8]) -> &[u8] {
+    path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+}
