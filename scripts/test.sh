@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command (README.md): unit, model, crash and FUSE integration tests,
 # then the POSIX conformance suite and the random-I/O exerciser against a real mount.
-# Needs root (FUSE mounts) and pjdfstest + fsx on PATH or in ~/.cargo/bin (.ci/run
+# Needs root (FUSE mounts), the capnp compiler (to check the generated code is current)
+# and pjdfstest + fsx on PATH or in ~/.cargo/bin (.ci/run
 # installs them). Long fuzz/soak/benchmark runs are separate commands (README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+scripts/check-capnp.sh
 cargo build --release --workspace --all-targets
 cargo test --release --workspace
 scripts/conformance.sh

@@ -512,13 +512,16 @@ fn block_refs(conn: &Connection, ino: InodeNo) -> Result<Vec<BlockRef>> {
     let mut expected = 0i64;
     for row in rows {
         let (offset, len, hash) = row.ctx("reading extents")?;
-        if offset != expected {
-            // A hole: sent as zero blocks would cost bandwidth; instead the receiver
-            // leaves a gap where a block of length 0 marks the skip.
+        // A hole: sending zeros would cost bandwidth, so the all-zero hash marks a gap
+        // the receiver leaves, in pieces that fit a length.
+        let mut gap = (offset - expected) as u64;
+        while gap > 0 {
+            let piece = gap.min(u32::MAX as u64);
             out.push(BlockRef {
                 hash: BlockHash([0; 32]),
-                len: (offset - expected) as u32,
+                len: piece as u32,
             });
+            gap -= piece;
         }
         out.push(BlockRef {
             hash: BlockHash::from_slice(&hash)?,

@@ -176,6 +176,22 @@ fn a_block_that_does_not_match_its_hash_is_refused() {
 
 /// Random operations on one workspace, synced to another in random page sizes after
 /// random stretches: the trees are equal after every sync.
+#[test]
+fn a_hole_wider_than_four_gibibytes_replicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (workspace(&dir, "a.db"), workspace(&dir, "b.db"));
+    let far = 5u64 << 30;
+    a.fs().write_file("/sparse", "head").unwrap();
+    a.fs().write_at("/sparse", far, "tail").unwrap();
+    sync(&a, &b, Cursor::START);
+    let stat = b.fs().stat("/sparse").unwrap();
+    assert_eq!(stat.size, far + 4);
+    let fs = b.fs();
+    assert_eq!(fs.read_range("/sparse", far, 4).unwrap(), b"tail");
+    assert_eq!(fs.read_range("/sparse", 0, 4).unwrap(), b"head");
+    assert_eq!(fs.read_range("/sparse", 1 << 32, 4).unwrap(), vec![0; 4]);
+}
+
 mod random {
     use super::*;
     use proptest::prelude::*;

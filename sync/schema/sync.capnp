@@ -1,0 +1,110 @@
+# The replication protocol between an authoritative workspace (`computerd serve`) and
+# its replicas (`computerd mount --remote`) and clients (`computerd fs --remote`).
+#
+# Entries are path *states* (see computer_vfs::changes): no file bytes travel inline;
+# blocks travel on their own, only those the receiver lacks (haveBlocks / getBlocks).
+# Every list and blob has a bound checked on decode (see sync/src/wire.rs).
+
+@0xd6a3c9f0b2e47a15;
+
+# Bumped whenever a message or method changes meaning; peers that differ refuse to talk.
+const protocolVersion :UInt32 = 1;
+
+struct Cursor {
+  revision @0 :UInt64;
+  path @1 :Data;
+}
+
+struct BlockRef {
+  # BLAKE3 of the raw bytes; 32 zero bytes mark a hole of `len` bytes.
+  hash @0 :Data;
+  len @1 :UInt32;
+}
+
+struct Entry {
+  revision @0 :UInt64;
+  path @1 :Data;
+  state :union {
+    file :group {
+      perm @2 :UInt32;
+      mtime @3 :Int64;
+      size @4 :UInt64;
+      blocks @5 :List(BlockRef);
+    }
+    directory :group {
+      perm @6 :UInt32;
+      mtime @7 :Int64;
+    }
+    symlink @8 :Data;
+    removed @9 :Void;
+  }
+  # How far the sender had applied the receiver's changes when it made this one (the
+  # receiver's cursor): what the change was made against. Start (revision 0, empty path)
+  # outside replication with a peer.
+  base @10 :Cursor;
+}
+
+struct Block {
+  hash @0 :Data;
+  codec @1 :UInt8;
+  rawLen @2 :UInt32;
+  data @3 :Data;
+}
+
+struct Page {
+  entries @0 :List(Entry);
+  next @1 :Cursor;
+  complete @2 :Bool;
+  revision @3 :UInt64;
+}
+
+struct ClientInfo {
+  # Identity of this replica's local state: a replica whose disk was lost and recreated
+  # gets a new one, so changes held by the old one are never taken as synced.
+  replicaId @0 :Text;
+  # The peer this client syncs as (its cursor on the server); empty for plain clients.
+  peer @1 :Text;
+}
+
+struct ServerInfo {
+  version @0 :UInt32;
+  workspaceId @1 :Text;
+  revision @2 :UInt64;
+  chunkMin @3 :UInt32;
+  chunkAvg @4 :UInt32;
+  chunkMax @5 :UInt32;
+}
+
+struct Conflict {
+  # Both sides changed this path since they last agreed; the losing version was kept
+  # under `keptAs`.
+  path @0 :Data;
+  keptAs @1 :Data;
+}
+
+# The first call on a connection. Refused, before anything else can be reached, unless
+# the token matches; refused with a clear message if the versions differ.
+interface Gate {
+  hello @0 (version :UInt32, token :Data, client :ClientInfo) -> (session :Session, server :ServerInfo);
+}
+
+interface Session {
+  # The states of paths changed after `after` (server to replica).
+  changes @0 (after :Cursor, maxEntries :UInt32, maxBytes :UInt64) -> (page :Page);
+  # Which blocks the server stores.
+  haveBlocks @1 (hashes :List(Data)) -> (have :List(Bool));
+  # Stored blocks, as stored (compressed or not).
+  getBlocks @2 (hashes :List(Data)) -> (blocks :List(Block));
+  # Replica to server: a batch of local states with the blocks the server lacks, applied
+  # atomically; `through` is the replica's cursor after this batch, recorded in the same
+  # transaction. Returns the server's record of it, and the conflicts it resolved.
+  push @3 (entries :List(Entry), blocks :List(Block), through :Cursor) -> (applied :Cursor, conflicts :List(Conflict));
+  # The replica applied the server's changes through `cursor` (never moves backwards).
+  ack @4 (cursor :Cursor) -> ();
+  # Calls `listener.changed` whenever the server's revision moves.
+  watch @5 (listener :Listener) -> ();
+}
+
+interface Listener {
+  changed @0 (revision :UInt64) -> ();
+}

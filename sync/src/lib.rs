@@ -1,0 +1,38 @@
+//! `computer-sync`: the replication protocol between an authoritative workspace and its
+//! replicas and clients, over Cap'n Proto RPC.
+//!
+//! The schema is `schema/sync.capnp`; the Rust code generated from it is committed in
+//! `src/generated/` (plain builds never need the `capnp` compiler; `scripts/check-capnp.sh`
+//! checks that it is fresh, `sync/README.md` tells how to regenerate it).
+//!
+//! [`wire`] is the only module that touches Cap'n Proto types: it converts between the
+//! schema's structs and the domain types ([`computer_vfs::ChangeEntry`] and friends,
+//! [`computer_vfs::Conflict`], and [`ClientInfo`] and [`ServerInfo`] here), and checks
+//! every bound of the protocol when it decodes, so a hostile peer gets an [`Error`], never
+//! a panic or an unbounded allocation.
+
+mod error;
+mod types;
+pub mod wire;
+
+// The code generated from schema/sync.capnp (see sync/README.md). Not formatted, not
+// linted: it is regenerated, never edited.
+#[rustfmt::skip]
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    dead_code,
+    unused_imports,
+    unused_parens,
+    unreachable_pub,
+    missing_docs,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals
+)]
+#[path = "generated/sync_capnp.rs"]
+pub(crate) mod sync_capnp;
+
+pub use error::{Error, Result};
+pub use types::{ClientInfo, ServerInfo};
+pub use wire::{Frame, Wire, PROTOCOL_VERSION};

@@ -1,0 +1,26 @@
+//! Domain types of the protocol that the store does not have (the others, entries,
+//! blocks, cursors and conflicts, are `computer_vfs`'s).
+
+use computer_vfs::{ChunkSizes, Revision};
+
+/// Who connects (the `client` of `Gate.hello`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// Identity of this replica's local state: a replica whose disk was lost and recreated
+    /// gets a new one, so changes held by the old one are never taken as synced.
+    pub replica_id: String,
+    /// The peer this client syncs as (its cursor on the server); empty for plain clients.
+    pub peer: String,
+}
+
+/// What the server tells a client that passed the gate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// The server's protocol version ([`crate::PROTOCOL_VERSION`] on ours).
+    pub version: u32,
+    pub workspace_id: String,
+    /// The server's current revision.
+    pub revision: Revision,
+    /// The chunk sizes of the server's workspace: a replica must cut blocks the same way.
+    pub chunk_sizes: ChunkSizes,
+}

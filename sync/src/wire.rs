@@ -1,0 +1,894 @@
+//! The only module that touches Cap'n Proto types: conversions, written by hand, between
+//! the schema's structs (`schema/sync.capnp`) and the domain types, in both directions.
+//!
+//! - `write_*` fill a builder from a domain value. They check the value against the same
+//!   rules the receiver applies, so a value the peer would refuse fails here, named, rather
+//!   than there. On an error the builder holds a partial value: drop the message.
+//! - `read_*` turn a reader into a domain value. A peer's bytes are hostile: every list and
+//!   blob is checked against its bound (the `*_MAX` constants below) *before* anything is
+//!   allocated for it, hashes must be exactly 32 bytes, codecs known, paths absolute and
+//!   canonical, and any violation is an [`Error`], never a panic.
+//! - [`Wire`] serializes a domain value as a standalone message and back, and
+//!   [`read_message`] reads a message from bytes with the traversal and nesting limits
+//!   of [`reader_options`] (the limits also meant for the RPC connection): tests and the
+//!   fuzz target go through these.
+//!
+//! Whole-message limits: Cap'n Proto charges every read against the traversal limit
+//! ([`MESSAGE_WORDS_MAX`]), so whatever aliasing a hostile message uses, decoding one
+//! message copies at most that much; the per-field bounds keep each allocation small.
+
+use capnp::message::{Builder, HeapAllocator, ReaderOptions};
+use capnp::serialize::NoAllocBufferSegments;
+use capnp::{data, data_list, primitive_list, struct_list, text};
+use computer_vfs::{
+    BlockHash, BlockRef, ChangeEntry, ChangePage, ChunkSizes, Codec, Conflict, Cursor, EntryState,
+    Revision, StoredBlock, HASH_LEN, NAME_MAX, PATH_MAX, SYMLINK_MAX,
+};
+
+use crate::sync_capnp::{
+    block, block_ref, client_info, conflict, cursor, entry, page, server_info,
+};
+use crate::{ClientInfo, Error, Result, ServerInfo};
+
+/// The protocol version of this build (`protocolVersion` in the schema): peers that
+/// differ refuse to talk.
+pub const PROTOCOL_VERSION: u32 = crate::sync_capnp::PROTOCOL_VERSION;
+
+/// Longest path, in bytes: the store's `PATH_MAX` (what its path API accepts).
+pub const PATH_BYTES_MAX: usize = PATH_MAX;
+/// Longest component of a path, in bytes: the store's `NAME_MAX`.
+pub const NAME_BYTES_MAX: usize = NAME_MAX;
+/// Longest symlink target, in bytes: the store's `SYMLINK_MAX`.
+pub const SYMLINK_TARGET_BYTES_MAX: usize = SYMLINK_MAX;
+/// Permission bits a file or directory state may carry (no kind bits).
+pub const PERM_BITS_MAX: u32 = 0o7777;
+/// Most entries in a page of changes, and in one `push`.
+pub const ENTRIES_PER_PAGE_MAX: usize = 4096;
+/// Longest block (raw bytes) the protocol carries: the store's default (and largest
+/// supported) maximum chunk size. A workspace created with a larger `chunk_max` cannot
+/// replicate: its [`ServerInfo`] is refused.
+pub const CHUNK_BYTES_MAX: u32 = 256 << 10;
+/// Most stored bytes of one block: twice [`CHUNK_BYTES_MAX`], far above zstd's worst-case
+/// expansion of a 256 KiB block (about 1 KiB; and the store keeps a block raw unless
+/// compressing saves 1/16).
+pub const BLOCK_DATA_BYTES_MAX: usize = 512 << 10;
+/// Most block references in one file state. Holes count too. 2^20 references are 48 MiB
+/// of message, within [`MESSAGE_WORDS_MAX`]; they cover any file up to 16 GiB (at the
+/// 16 KiB minimum chunk size) and typically 64 GiB (at the 64 KiB average). A larger
+/// file (the store allows 16 TiB) cannot travel as one entry in protocol version 1: the
+/// sender gets [`Error::TooLarge`].
+pub const BLOCK_REFS_PER_FILE_MAX: usize = 1 << 20;
+/// Most hashes in one `haveBlocks` or `getBlocks` call (and answers in `have`).
+pub const HASHES_PER_CALL_MAX: usize = 4096;
+/// Most blocks in one `getBlocks` answer or `push`.
+pub const BLOCKS_PER_CALL_MAX: usize = HASHES_PER_CALL_MAX;
+/// Most stored block bytes in one `getBlocks` answer or `push`: half of
+/// [`MESSAGE_WORDS_MAX`], leaving room for a push's entries. Callers ask for blocks in
+/// batches that fit.
+pub const BLOCK_DATA_BYTES_PER_CALL_MAX: usize = 32 << 20;
+/// Most conflicts reported by one `push` (at most one per entry).
+pub const CONFLICTS_PER_CALL_MAX: usize = ENTRIES_PER_PAGE_MAX;
+/// Longest identifier (replica id, peer name, workspace id), in bytes of UTF-8.
+pub const ID_BYTES_MAX: usize = 256;
+/// Longest access token, in bytes.
+pub const TOKEN_BYTES_MAX: usize = 1024;
+/// Traversal limit of one message, in 8-byte words: 64 MiB (Cap'n Proto's default).
+pub const MESSAGE_WORDS_MAX: usize = 8 << 20;
+/// Longest accepted message, in bytes: [`MESSAGE_WORDS_MAX`] words and a segment table.
+pub const MESSAGE_BYTES_MAX: usize = MESSAGE_WORDS_MAX * 8 + 4096;
+/// Nesting limit of one message (pointer depth). Our deepest standalone message (a page:
+/// page, entries, entry, blocks, block ref, hash) nests 6 deep; the RPC envelope adds a
+/// few levels.
+pub const NESTING_DEPTH_MAX: i32 = 32;
+
+/// The reader options of every message this crate reads: [`MESSAGE_WORDS_MAX`] and
+/// [`NESTING_DEPTH_MAX`]. The RPC connection uses them too.
+pub fn reader_options() -> ReaderOptions {
+    let mut options = ReaderOptions::new();
+    options
+        .traversal_limit_in_words(Some(MESSAGE_WORDS_MAX))
+        .nesting_limit(NESTING_DEPTH_MAX);
+    options
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages from bytes.
+
+/// A copy of a message's bytes, aligned to words as Cap'n Proto requires.
+struct AlignedBytes {
+    words: Vec<capnp::Word>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for AlignedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &capnp::Word::words_to_bytes(&self.words)[..self.len]
+    }
+}
+
+/// One whole message read from bytes with the limits of [`reader_options`], ready to be
+/// decoded as any [`Wire`] type. Each decode charges the same traversal budget: decode a
+/// frame once.
+pub struct Frame {
+    reader: capnp::message::Reader<NoAllocBufferSegments<AlignedBytes>>,
+}
+
+impl Frame {
+    /// Decodes the message's root as a `T`.
+    pub fn decode<T: Wire>(&self) -> Result<T> {
+        T::from_frame(self)
+    }
+
+    fn root<'a, T: capnp::traits::FromPointerReader<'a>>(&'a self) -> Result<T> {
+        Ok(self.reader.get_root()?)
+    }
+}
+
+/// Reads one whole message (segment table and segments, as [`Wire::to_bytes`] writes
+/// it) from `bytes`: the segment table must fit the bytes and the limits, and nothing may
+/// follow the message. Pointers are only followed, and checked, when decoding.
+pub fn read_message(bytes: &[u8]) -> Result<Frame> {
+    check_len("message", "bytes", bytes.len(), MESSAGE_BYTES_MAX)?;
+    let options = reader_options();
+    let mut words = capnp::Word::allocate_zeroed_vec(bytes.len().div_ceil(8));
+    capnp::Word::words_to_bytes_mut(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    let buffer = AlignedBytes {
+        words,
+        len: bytes.len(),
+    };
+    let trailing = {
+        let mut rest = buffer.as_ref();
+        NoAllocBufferSegments::from_slice(&mut rest, options)?;
+        rest.len()
+    };
+    if trailing != 0 {
+        return Err(Error::malformed("message", "bytes follow the message"));
+    }
+    let segments = NoAllocBufferSegments::from_buffer(buffer, options)?;
+    Ok(Frame {
+        reader: capnp::message::Reader::new(segments, options),
+    })
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A domain value that travels as a standalone message: as the root struct of its schema
+/// type, or for `Vec`s as a root list (`List(Data)` of hashes, `List(Bool)`,
+/// `List(Block)`, `List(Entry)`, `List(Conflict)`).
+pub trait Wire: Sized + sealed::Sealed {
+    /// The message (segment table and segments) holding this value; fails if the value
+    /// breaks a rule of the protocol.
+    fn to_bytes(&self) -> Result<Vec<u8>>;
+
+    /// Decodes a message's root.
+    fn from_frame(frame: &Frame) -> Result<Self>;
+
+    /// Reads a message ([`read_message`]) and decodes its root.
+    fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Self::from_frame(&read_message(bytes)?)
+    }
+}
+
+fn serialize(message: &Builder<HeapAllocator>) -> Vec<u8> {
+    capnp::serialize::write_message_to_words(message)
+}
+
+macro_rules! wire_struct {
+    ($ty:ty, $module:ident, $write:ident, $read:ident) => {
+        impl sealed::Sealed for $ty {}
+
+        impl Wire for $ty {
+            fn to_bytes(&self) -> Result<Vec<u8>> {
+                let mut message = Builder::new_default();
+                $write(self, message.init_root::<$module::Builder>())?;
+                Ok(serialize(&message))
+            }
+
+            fn from_frame(frame: &Frame) -> Result<Self> {
+                $read(frame.root::<$module::Reader>()?)
+            }
+        }
+    };
+}
+
+wire_struct!(Cursor, cursor, write_cursor, read_cursor);
+wire_struct!(BlockRef, block_ref, write_block_ref, read_block_ref);
+wire_struct!(ChangeEntry, entry, write_entry, read_entry);
+wire_struct!(StoredBlock, block, write_block, read_block);
+wire_struct!(ChangePage, page, write_page, read_page);
+wire_struct!(ClientInfo, client_info, write_client_info, read_client_info);
+wire_struct!(ServerInfo, server_info, write_server_info, read_server_info);
+wire_struct!(Conflict, conflict, write_conflict, read_conflict);
+
+macro_rules! wire_list {
+    ($item:ty, $list:ty, $write:ident, $read:ident) => {
+        impl sealed::Sealed for Vec<$item> {}
+
+        impl Wire for Vec<$item> {
+            fn to_bytes(&self) -> Result<Vec<u8>> {
+                let mut message = Builder::new_default();
+                let root = &mut message;
+                $write(self, move |len| root.initn_root::<$list>(len))?;
+                Ok(serialize(&message))
+            }
+
+            fn from_frame(frame: &Frame) -> Result<Self> {
+                $read(frame.root()?)
+            }
+        }
+    };
+}
+
+wire_list!(BlockHash, data_list::Builder<'_>, write_hashes, read_hashes);
+wire_list!(
+    bool,
+    primitive_list::Builder<'_, bool>,
+    write_bools,
+    read_bools
+);
+wire_list!(
+    StoredBlock,
+    struct_list::Builder<'_, block::Owned>,
+    write_blocks,
+    read_blocks
+);
+wire_list!(
+    ChangeEntry,
+    struct_list::Builder<'_, entry::Owned>,
+    write_entries,
+    read_entries
+);
+wire_list!(
+    Conflict,
+    struct_list::Builder<'_, conflict::Owned>,
+    write_conflicts,
+    read_conflicts
+);
+
+// ---------------------------------------------------------------------------------------
+// Rules shared by both directions.
+
+fn too_large(what: &'static str, unit: &'static str, len: usize, max: usize) -> Error {
+    Error::TooLarge {
+        what,
+        unit,
+        len: len as u64,
+        max: max as u64,
+    }
+}
+
+fn check_len(what: &'static str, unit: &'static str, len: usize, max: usize) -> Result<()> {
+    if len > max {
+        return Err(too_large(what, unit, len, max));
+    }
+    Ok(())
+}
+
+/// Items to reserve for a decoded list of `len` (already within its bound). A list of
+/// empty structs takes no bytes whatever its length, so a tiny message could make us
+/// reserve the whole bound (36 MiB for a file's block list) only to fail on the first
+/// item: reserve at most this many, and let real items grow the vector.
+const PREALLOCATED_ITEMS_MAX: usize = 1024;
+
+fn preallocated(len: u32) -> usize {
+    (len as usize).min(PREALLOCATED_ITEMS_MAX)
+}
+
+/// A list's length checked against its bound, as a Cap'n Proto list length.
+fn list_len(what: &'static str, unit: &'static str, len: usize, max: usize) -> Result<u32> {
+    check_len(what, unit, len, max)?;
+    u32::try_from(len).map_err(|_| too_large(what, unit, len, u32::MAX as usize))
+}
+
+/// An absolute, canonical path: `/`, or `/` and components separated by single `/`, none
+/// empty, `.` or `..`, none longer than [`NAME_BYTES_MAX`], no NUL anywhere.
+fn check_path(what: &'static str, path: &[u8]) -> Result<()> {
+    check_len(what, "bytes", path.len(), PATH_BYTES_MAX)?;
+    let Some(rest) = path.strip_prefix(b"/") else {
+        return Err(Error::malformed(what, "path is not absolute"));
+    };
+    if rest.is_empty() {
+        return Ok(());
+    }
+    if path.contains(&0) {
+        return Err(Error::malformed(what, "path contains NUL"));
+    }
+    for name in rest.split(|&b| b == b'/') {
+        if name.is_empty() {
+            return Err(Error::malformed(what, "path has an empty component"));
+        }
+        if name == b"." || name == b".." {
+            return Err(Error::malformed(what, "path has a . or .. component"));
+        }
+        check_len(what, "bytes in a component", name.len(), NAME_BYTES_MAX)?;
+    }
+    Ok(())
+}
+
+/// A cursor's path: empty (before everything in its revision) or a path.
+fn check_cursor_path(path: &[u8]) -> Result<()> {
+    if path.is_empty() {
+        return Ok(());
+    }
+    check_path("cursor path", path)
+}
+
+fn check_perm(what: &'static str, perm: u32) -> Result<()> {
+    if perm & !PERM_BITS_MAX != 0 {
+        return Err(Error::malformed(what, "permission has bits beyond 0o7777"));
+    }
+    Ok(())
+}
+
+fn check_symlink_target(target: &[u8]) -> Result<()> {
+    check_len(
+        "symlink target",
+        "bytes",
+        target.len(),
+        SYMLINK_TARGET_BYTES_MAX,
+    )?;
+    if target.is_empty() {
+        return Err(Error::malformed("symlink target", "empty"));
+    }
+    if target.contains(&0) {
+        return Err(Error::malformed("symlink target", "contains NUL"));
+    }
+    Ok(())
+}
+
+fn is_hole(hash: &BlockHash) -> bool {
+    hash.0 == [0; HASH_LEN]
+}
+
+fn read_hash(what: &'static str, bytes: &[u8]) -> Result<BlockHash> {
+    let array: [u8; HASH_LEN] = bytes
+        .try_into()
+        .map_err(|_| Error::malformed(what, "hash is not 32 bytes"))?;
+    Ok(BlockHash(array))
+}
+
+/// A hash naming a stored block: the all-zero hash only marks holes.
+fn check_block_hash(what: &'static str, hash: &BlockHash) -> Result<()> {
+    if is_hole(hash) {
+        return Err(Error::malformed(what, "the all-zero hash names no block"));
+    }
+    Ok(())
+}
+
+/// A hole (all-zero hash) of any length, or a block of at most [`CHUNK_BYTES_MAX`].
+fn check_block_ref(block: &BlockRef) -> Result<()> {
+    if !is_hole(&block.hash) && block.len > CHUNK_BYTES_MAX {
+        return Err(too_large(
+            "block ref",
+            "bytes",
+            block.len as usize,
+            CHUNK_BYTES_MAX as usize,
+        ));
+    }
+    Ok(())
+}
+
+/// A file's blocks end within its size (a hole may follow them, up to `size`).
+fn check_file_extent(size: u64, blocks: &[BlockRef]) -> Result<()> {
+    // At most 2^20 lengths of at most 2^32 - 1: the sum cannot overflow.
+    let covered: u64 = blocks.iter().map(|b| u64::from(b.len)).sum();
+    if covered > size {
+        return Err(Error::malformed("file state", "its blocks exceed its size"));
+    }
+    Ok(())
+}
+
+fn codec_code(codec: Codec) -> Result<u8> {
+    u8::try_from(codec as i64).map_err(|_| Error::malformed("block codec", "code above 255"))
+}
+
+fn codec_of(code: u8) -> Result<Codec> {
+    Codec::from_code(i64::from(code)).map_err(|_| Error::malformed("block codec", "unknown codec"))
+}
+
+/// The block rules that do not need its bytes.
+fn check_block_header(hash: &BlockHash, raw_len: u32, data_len: usize) -> Result<()> {
+    check_block_hash("block hash", hash)?;
+    if raw_len > CHUNK_BYTES_MAX {
+        return Err(too_large(
+            "block",
+            "raw bytes",
+            raw_len as usize,
+            CHUNK_BYTES_MAX as usize,
+        ));
+    }
+    check_len("block data", "bytes", data_len, BLOCK_DATA_BYTES_MAX)
+}
+
+fn check_block_body(codec: Codec, raw_len: u32, data_len: usize) -> Result<()> {
+    if codec == Codec::Raw && data_len != raw_len as usize {
+        return Err(Error::malformed(
+            "raw block",
+            "data length differs from rawLen",
+        ));
+    }
+    Ok(())
+}
+
+fn check_id(what: &'static str, id: &[u8]) -> Result<()> {
+    check_len(what, "bytes", id.len(), ID_BYTES_MAX)?;
+    if id.contains(&0) {
+        return Err(Error::malformed(what, "contains NUL"));
+    }
+    Ok(())
+}
+
+fn read_id(what: &'static str, reader: text::Reader<'_>) -> Result<String> {
+    check_id(what, reader.as_bytes())?;
+    reader
+        .to_str()
+        .map(str::to_owned)
+        .map_err(|_| Error::malformed(what, "not UTF-8"))
+}
+
+fn check_chunk_sizes(sizes: &ChunkSizes) -> Result<()> {
+    if !sizes.is_valid() {
+        return Err(Error::malformed(
+            "chunk sizes",
+            "not sizes the chunker accepts",
+        ));
+    }
+    if sizes.max > CHUNK_BYTES_MAX as usize {
+        return Err(too_large(
+            "chunk max",
+            "bytes",
+            sizes.max,
+            CHUNK_BYTES_MAX as usize,
+        ));
+    }
+    Ok(())
+}
+
+fn chunk_size_u32(size: usize) -> Result<u32> {
+    u32::try_from(size).map_err(|_| too_large("chunk size", "bytes", size, u32::MAX as usize))
+}
+
+// ---------------------------------------------------------------------------------------
+// Cursor.
+
+pub(crate) fn write_cursor(value: &Cursor, mut builder: cursor::Builder<'_>) -> Result<()> {
+    check_cursor_path(&value.path)?;
+    builder.set_revision(value.revision.0);
+    builder.set_path(&value.path);
+    Ok(())
+}
+
+pub(crate) fn read_cursor(reader: cursor::Reader<'_>) -> Result<Cursor> {
+    let path = reader.get_path()?;
+    check_cursor_path(path)?;
+    Ok(Cursor {
+        revision: Revision(reader.get_revision()),
+        path: path.to_vec(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// BlockRef.
+
+pub(crate) fn write_block_ref(value: &BlockRef, mut builder: block_ref::Builder<'_>) -> Result<()> {
+    check_block_ref(value)?;
+    builder.set_hash(&value.hash.0);
+    builder.set_len(value.len);
+    Ok(())
+}
+
+pub(crate) fn read_block_ref(reader: block_ref::Reader<'_>) -> Result<BlockRef> {
+    let block = BlockRef {
+        hash: read_hash("block ref hash", reader.get_hash()?)?,
+        len: reader.get_len(),
+    };
+    check_block_ref(&block)?;
+    Ok(block)
+}
+
+// ---------------------------------------------------------------------------------------
+// ChangeEntry and its states.
+
+pub(crate) fn write_entry(value: &ChangeEntry, mut builder: entry::Builder<'_>) -> Result<()> {
+    check_path("entry path", &value.path)?;
+    builder.set_revision(value.revision.0);
+    builder.set_path(&value.path);
+    write_cursor(&value.base, builder.reborrow().init_base())?;
+    let mut state = builder.init_state();
+    match &value.state {
+        EntryState::File {
+            perm,
+            mtime,
+            size,
+            blocks,
+        } => {
+            check_perm("file state", *perm)?;
+            let len = list_len(
+                "file block list",
+                "block refs",
+                blocks.len(),
+                BLOCK_REFS_PER_FILE_MAX,
+            )?;
+            for block in blocks {
+                check_block_ref(block)?;
+            }
+            check_file_extent(*size, blocks)?;
+            let mut file = state.init_file();
+            file.set_perm(*perm);
+            file.set_mtime(*mtime);
+            file.set_size(*size);
+            let mut list = file.init_blocks(len);
+            for (i, block) in (0..len).zip(blocks) {
+                let mut item = list.reborrow().get(i);
+                item.set_hash(&block.hash.0);
+                item.set_len(block.len);
+            }
+        }
+        EntryState::Directory { perm, mtime } => {
+            check_perm("directory state", *perm)?;
+            let mut dir = state.init_directory();
+            dir.set_perm(*perm);
+            dir.set_mtime(*mtime);
+        }
+        EntryState::Symlink { target } => {
+            check_symlink_target(target)?;
+            state.set_symlink(target);
+        }
+        EntryState::Removed => state.set_removed(()),
+    }
+    Ok(())
+}
+
+pub(crate) fn read_entry(reader: entry::Reader<'_>) -> Result<ChangeEntry> {
+    use crate::sync_capnp::entry::state::Which;
+
+    let path = reader.get_path()?;
+    check_path("entry path", path)?;
+    let which = reader
+        .get_state()
+        .which()
+        .map_err(|_| Error::malformed("entry state", "unknown variant"))?;
+    let state = match which {
+        Which::File(file) => {
+            let perm = file.get_perm();
+            check_perm("file state", perm)?;
+            let size = file.get_size();
+            let list = file.get_blocks()?;
+            check_len(
+                "file block list",
+                "block refs",
+                list.len() as usize,
+                BLOCK_REFS_PER_FILE_MAX,
+            )?;
+            let mut blocks = Vec::with_capacity(preallocated(list.len()));
+            for item in list.iter() {
+                blocks.push(read_block_ref(item)?);
+            }
+            check_file_extent(size, &blocks)?;
+            EntryState::File {
+                perm,
+                mtime: file.get_mtime(),
+                size,
+                blocks,
+            }
+        }
+        Which::Directory(dir) => {
+            let perm = dir.get_perm();
+            check_perm("directory state", perm)?;
+            EntryState::Directory {
+                perm,
+                mtime: dir.get_mtime(),
+            }
+        }
+        Which::Symlink(target) => {
+            let target = target?;
+            check_symlink_target(target)?;
+            EntryState::Symlink {
+                target: target.to_vec(),
+            }
+        }
+        Which::Removed(()) => EntryState::Removed,
+    };
+    Ok(ChangeEntry {
+        revision: Revision(reader.get_revision()),
+        path: path.to_vec(),
+        state,
+        base: read_cursor(reader.get_base()?)?,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// StoredBlock.
+
+pub(crate) fn write_block(value: &StoredBlock, mut builder: block::Builder<'_>) -> Result<()> {
+    check_block_header(&value.hash, value.raw_len, value.data.len())?;
+    check_block_body(value.codec, value.raw_len, value.data.len())?;
+    builder.set_hash(&value.hash.0);
+    builder.set_codec(codec_code(value.codec)?);
+    builder.set_raw_len(value.raw_len);
+    builder.set_data(&value.data);
+    Ok(())
+}
+
+pub(crate) fn read_block(reader: block::Reader<'_>) -> Result<StoredBlock> {
+    read_block_with(reader, reader.get_data()?)
+}
+
+/// [`read_block`] with its data already read (reading it again would charge the traversal
+/// limit twice).
+fn read_block_with(reader: block::Reader<'_>, data: &[u8]) -> Result<StoredBlock> {
+    let hash = read_hash("block hash", reader.get_hash()?)?;
+    let raw_len = reader.get_raw_len();
+    check_block_header(&hash, raw_len, data.len())?;
+    let codec = codec_of(reader.get_codec())?;
+    check_block_body(codec, raw_len, data.len())?;
+    Ok(StoredBlock {
+        hash,
+        codec,
+        raw_len,
+        data: data.to_vec(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// ChangePage.
+
+pub(crate) fn write_page(value: &ChangePage, mut builder: page::Builder<'_>) -> Result<()> {
+    write_entries(&value.entries, |len| builder.reborrow().init_entries(len))?;
+    write_cursor(&value.next, builder.reborrow().init_next())?;
+    builder.set_complete(value.complete);
+    builder.set_revision(value.revision.0);
+    Ok(())
+}
+
+pub(crate) fn read_page(reader: page::Reader<'_>) -> Result<ChangePage> {
+    Ok(ChangePage {
+        entries: read_entries(reader.get_entries()?)?,
+        next: read_cursor(reader.get_next()?)?,
+        complete: reader.get_complete(),
+        revision: Revision(reader.get_revision()),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// ClientInfo, ServerInfo, Conflict, token.
+
+pub(crate) fn write_client_info(
+    value: &ClientInfo,
+    mut builder: client_info::Builder<'_>,
+) -> Result<()> {
+    check_id("replica id", value.replica_id.as_bytes())?;
+    check_id("peer", value.peer.as_bytes())?;
+    builder.set_replica_id(value.replica_id.as_str());
+    builder.set_peer(value.peer.as_str());
+    Ok(())
+}
+
+pub(crate) fn read_client_info(reader: client_info::Reader<'_>) -> Result<ClientInfo> {
+    Ok(ClientInfo {
+        replica_id: read_id("replica id", reader.get_replica_id()?)?,
+        peer: read_id("peer", reader.get_peer()?)?,
+    })
+}
+
+pub(crate) fn write_server_info(
+    value: &ServerInfo,
+    mut builder: server_info::Builder<'_>,
+) -> Result<()> {
+    check_id("workspace id", value.workspace_id.as_bytes())?;
+    check_chunk_sizes(&value.chunk_sizes)?;
+    builder.set_version(value.version);
+    builder.set_workspace_id(value.workspace_id.as_str());
+    builder.set_revision(value.revision.0);
+    builder.set_chunk_min(chunk_size_u32(value.chunk_sizes.min)?);
+    builder.set_chunk_avg(chunk_size_u32(value.chunk_sizes.avg)?);
+    builder.set_chunk_max(chunk_size_u32(value.chunk_sizes.max)?);
+    Ok(())
+}
+
+pub(crate) fn read_server_info(reader: server_info::Reader<'_>) -> Result<ServerInfo> {
+    let chunk_sizes = ChunkSizes {
+        min: reader.get_chunk_min() as usize,
+        avg: reader.get_chunk_avg() as usize,
+        max: reader.get_chunk_max() as usize,
+    };
+    check_chunk_sizes(&chunk_sizes)?;
+    Ok(ServerInfo {
+        version: reader.get_version(),
+        workspace_id: read_id("workspace id", reader.get_workspace_id()?)?,
+        revision: Revision(reader.get_revision()),
+        chunk_sizes,
+    })
+}
+
+pub(crate) fn write_conflict(value: &Conflict, mut builder: conflict::Builder<'_>) -> Result<()> {
+    check_path("conflict path", &value.path)?;
+    check_path("conflict keptAs", &value.kept_as)?;
+    builder.set_path(&value.path);
+    builder.set_kept_as(&value.kept_as);
+    Ok(())
+}
+
+pub(crate) fn read_conflict(reader: conflict::Reader<'_>) -> Result<Conflict> {
+    let path = reader.get_path()?;
+    check_path("conflict path", path)?;
+    let kept_as = reader.get_kept_as()?;
+    check_path("conflict keptAs", kept_as)?;
+    Ok(Conflict {
+        path: path.to_vec(),
+        kept_as: kept_as.to_vec(),
+    })
+}
+
+/// The token of `Gate.hello` (compared by the caller, not checked here beyond its bound).
+#[allow(dead_code)] // For the RPC layer, which is next.
+pub(crate) fn read_token(reader: data::Reader<'_>) -> Result<Vec<u8>> {
+    check_len("token", "bytes", reader.len(), TOKEN_BYTES_MAX)?;
+    Ok(reader.to_vec())
+}
+
+// ---------------------------------------------------------------------------------------
+// Lists of calls. Writers take the list's initializer, called once the length is known to
+// be within its bound.
+
+pub(crate) fn write_hashes<'a>(
+    hashes: &[BlockHash],
+    init: impl FnOnce(u32) -> data_list::Builder<'a>,
+) -> Result<()> {
+    let len = list_len("hash list", "hashes", hashes.len(), HASHES_PER_CALL_MAX)?;
+    for hash in hashes {
+        check_block_hash("hash", hash)?;
+    }
+    let mut list = init(len);
+    for (i, hash) in (0..len).zip(hashes) {
+        list.set(i, &hash.0);
+    }
+    Ok(())
+}
+
+pub(crate) fn read_hashes(list: data_list::Reader<'_>) -> Result<Vec<BlockHash>> {
+    check_len(
+        "hash list",
+        "hashes",
+        list.len() as usize,
+        HASHES_PER_CALL_MAX,
+    )?;
+    let mut hashes = Vec::with_capacity(preallocated(list.len()));
+    for item in list.iter() {
+        let hash = read_hash("hash", item?)?;
+        check_block_hash("hash", &hash)?;
+        hashes.push(hash);
+    }
+    Ok(hashes)
+}
+
+pub(crate) fn write_bools<'a>(
+    values: &[bool],
+    init: impl FnOnce(u32) -> primitive_list::Builder<'a, bool>,
+) -> Result<()> {
+    let len = list_len("have list", "answers", values.len(), HASHES_PER_CALL_MAX)?;
+    let mut list = init(len);
+    for (i, value) in (0..len).zip(values) {
+        list.set(i, *value);
+    }
+    Ok(())
+}
+
+pub(crate) fn read_bools(list: primitive_list::Reader<'_, bool>) -> Result<Vec<bool>> {
+    check_len(
+        "have list",
+        "answers",
+        list.len() as usize,
+        HASHES_PER_CALL_MAX,
+    )?;
+    Ok(list.iter().collect())
+}
+
+pub(crate) fn write_blocks<'a>(
+    blocks: &[StoredBlock],
+    init: impl FnOnce(u32) -> struct_list::Builder<'a, block::Owned>,
+) -> Result<()> {
+    let len = list_len("block list", "blocks", blocks.len(), BLOCKS_PER_CALL_MAX)?;
+    let total: usize = blocks.iter().map(|b| b.data.len()).sum();
+    check_len(
+        "block list",
+        "data bytes",
+        total,
+        BLOCK_DATA_BYTES_PER_CALL_MAX,
+    )?;
+    let mut list = init(len);
+    for (i, block) in (0..len).zip(blocks) {
+        write_block(block, list.reborrow().get(i))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_blocks(list: struct_list::Reader<'_, block::Owned>) -> Result<Vec<StoredBlock>> {
+    check_len(
+        "block list",
+        "blocks",
+        list.len() as usize,
+        BLOCKS_PER_CALL_MAX,
+    )?;
+    let mut blocks = Vec::with_capacity(preallocated(list.len()));
+    let mut total = 0usize;
+    for item in list.iter() {
+        // Counted before the block's bytes are copied.
+        let data = item.get_data()?;
+        total = total.saturating_add(data.len());
+        check_len(
+            "block list",
+            "data bytes",
+            total,
+            BLOCK_DATA_BYTES_PER_CALL_MAX,
+        )?;
+        blocks.push(read_block_with(item, data)?);
+    }
+    Ok(blocks)
+}
+
+pub(crate) fn write_entries<'a>(
+    entries: &[ChangeEntry],
+    init: impl FnOnce(u32) -> struct_list::Builder<'a, entry::Owned>,
+) -> Result<()> {
+    let len = list_len("entry list", "entries", entries.len(), ENTRIES_PER_PAGE_MAX)?;
+    let mut list = init(len);
+    for (i, entry) in (0..len).zip(entries) {
+        write_entry(entry, list.reborrow().get(i))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_entries(
+    list: struct_list::Reader<'_, entry::Owned>,
+) -> Result<Vec<ChangeEntry>> {
+    check_len(
+        "entry list",
+        "entries",
+        list.len() as usize,
+        ENTRIES_PER_PAGE_MAX,
+    )?;
+    let mut entries = Vec::with_capacity(preallocated(list.len()));
+    for item in list.iter() {
+        entries.push(read_entry(item)?);
+    }
+    Ok(entries)
+}
+
+pub(crate) fn write_conflicts<'a>(
+    conflicts: &[Conflict],
+    init: impl FnOnce(u32) -> struct_list::Builder<'a, conflict::Owned>,
+) -> Result<()> {
+    let len = list_len(
+        "conflict list",
+        "conflicts",
+        conflicts.len(),
+        CONFLICTS_PER_CALL_MAX,
+    )?;
+    let mut list = init(len);
+    for (i, conflict) in (0..len).zip(conflicts) {
+        write_conflict(conflict, list.reborrow().get(i))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_conflicts(
+    list: struct_list::Reader<'_, conflict::Owned>,
+) -> Result<Vec<Conflict>> {
+    check_len(
+        "conflict list",
+        "conflicts",
+        list.len() as usize,
+        CONFLICTS_PER_CALL_MAX,
+    )?;
+    let mut conflicts = Vec::with_capacity(preallocated(list.len()));
+    for item in list.iter() {
+        conflicts.push(read_conflict(item)?);
+    }
+    Ok(conflicts)
+}
+
+#[cfg(test)]
+mod tests;
