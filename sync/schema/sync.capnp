@@ -73,6 +73,9 @@ struct ServerInfo {
   chunkMin @3 :UInt32;
   chunkAvg @4 :UInt32;
   chunkMax @5 :UInt32;
+  # The server knew this peer under another replica id: that replica's cursors were
+  # reset, and whatever it held unpushed is lost to the workspace.
+  replaced @6 :Bool;
 }
 
 struct Conflict {
@@ -100,9 +103,16 @@ interface Session {
   # transaction. Returns the server's record of it, and the conflicts it resolved.
   push @3 (entries :List(Entry), blocks :List(Block), through :Cursor) -> (applied :Cursor, conflicts :List(Conflict));
   # The replica applied the server's changes through `cursor` (never moves backwards).
-  ack @4 (cursor :Cursor) -> ();
+  # Returns the server's record.
+  ack @4 (cursor :Cursor) -> (acked :Cursor);
   # Calls `listener.changed` whenever the server's revision moves.
   watch @5 (listener :Listener) -> ();
+  # Blocks sent ahead of the push whose entries use them (a transfer too large for one
+  # push): stored, held until a push uses them or the server gives up on them.
+  putBlocks @6 (blocks :List(Block)) -> (added :UInt32);
+  # Runs a `computerd fs` command on the served workspace: the same commands as against
+  # a database, for tools and tests. Arguments as the command line has them.
+  fs @7 (args :List(Data), stdin :Data) -> (stdout :Data, stderr :Data, status :Int32);
 }
 
 interface Listener {

@@ -1,10 +1,10 @@
-//! The one error type of the protocol layer.
+//! The one error type of the sync crate.
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Why a message could not be encoded or decoded. Decoding a peer's bytes never panics:
-/// whatever they hold ends here.
+/// Why a sync step failed. Decoding a peer's bytes never panics: whatever they hold ends
+/// here. [`Error::is_transient`] tells a retry loop which failures to retry.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A field breaks a rule of the protocol (a hash that is not 32 bytes, an unknown
@@ -27,10 +27,68 @@ pub enum Error {
     /// out-of-bounds pointers, traversal or nesting limit exceeded, wrong pointer kinds).
     #[error("unreadable message: {0}")]
     Capnp(#[from] capnp::Error),
+    /// The server turned the client away: wrong token, another protocol version, or a
+    /// replica of another workspace. Retrying cannot help.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// This replica was replaced by another one under the same peer name (its disk was
+    /// lost and recreated): its cursors are void and nothing it holds is synced.
+    #[error("replica {replica_id} was replaced under peer {peer:?}: register again")]
+    Replaced { peer: String, replica_id: String },
+    /// The connection failed or the peer did not answer. Retrying may help.
+    #[error("connection to {peer} lost: {reason}")]
+    Disconnected { peer: String, reason: String },
+    /// The other side failed to do what was asked and said why.
+    #[error("the server failed: {0}")]
+    Remote(String),
+    /// The local workspace failed.
+    #[error(transparent)]
+    Store(#[from] computer_vfs::Error),
 }
 
 impl Error {
     pub(crate) fn malformed(what: &'static str, why: &'static str) -> Error {
         Error::Malformed { what, why }
+    }
+
+    pub fn disconnected(peer: impl Into<String>, reason: impl std::fmt::Display) -> Error {
+        Error::Disconnected {
+            peer: peer.into(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Whether trying the same sync again later may succeed: the transport failed, or
+    /// the server failed in a way that may pass (it is restarting, its disk was full).
+    /// Refusals, replacement and malformed messages are final.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Disconnected { .. } | Error::Remote(_) => true,
+            Error::Store(e) => matches!(
+                e,
+                computer_vfs::Error::Storage { .. }
+                    | computer_vfs::Error::Io { .. }
+                    | computer_vfs::Error::NoSpace { .. }
+                    | computer_vfs::Error::Busy(_)
+            ),
+            Error::Malformed { .. }
+            | Error::TooLarge { .. }
+            | Error::Capnp(_)
+            | Error::Refused(_)
+            | Error::Replaced { .. } => false,
+        }
+    }
+
+    /// The errno that best describes the failure (for a CLI exit or a FUSE reply).
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Malformed { .. } | Error::Capnp(_) => libc::EPROTO,
+            Error::TooLarge { .. } => libc::EMSGSIZE,
+            Error::Refused(_) => libc::EACCES,
+            Error::Replaced { .. } => libc::ESTALE,
+            Error::Disconnected { .. } => libc::ENOTCONN,
+            Error::Remote(_) => libc::EIO,
+            Error::Store(e) => e.errno(),
+        }
     }
 }

@@ -11,7 +11,10 @@
 //! every bound of the protocol when it decodes, so a hostile peer gets an [`Error`], never
 //! a panic or an unbounded allocation.
 
+pub mod authority;
 mod error;
+pub mod replica;
+pub mod retry;
 mod types;
 pub mod wire;
 
@@ -33,6 +36,9 @@ pub mod wire;
 #[path = "generated/sync_capnp.rs"]
 pub(crate) mod sync_capnp;
 
+pub use authority::{Authority, PeerSession};
 pub use error::{Error, Result};
+pub use replica::{BatchLimits, Replica, SyncReport, Upstream, UPSTREAM};
+pub use retry::{Backoff, Next, RetryPolicy};
 pub use types::{ClientInfo, ServerInfo};
 pub use wire::{Frame, Wire, PROTOCOL_VERSION};

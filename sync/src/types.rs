@@ -23,4 +23,7 @@ pub struct ServerInfo {
     pub revision: Revision,
     /// The chunk sizes of the server's workspace: a replica must cut blocks the same way.
     pub chunk_sizes: ChunkSizes,
+    /// The server knew this peer under another replica id: that replica's cursors were
+    /// reset, and whatever it held unpushed is lost to the workspace.
+    pub replaced: bool,
 }

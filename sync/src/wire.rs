@@ -685,6 +685,7 @@ pub(crate) fn write_server_info(
     builder.set_chunk_min(chunk_size_u32(value.chunk_sizes.min)?);
     builder.set_chunk_avg(chunk_size_u32(value.chunk_sizes.avg)?);
     builder.set_chunk_max(chunk_size_u32(value.chunk_sizes.max)?);
+    builder.set_replaced(value.replaced);
     Ok(())
 }
 
@@ -700,6 +701,7 @@ pub(crate) fn read_server_info(reader: server_info::Reader<'_>) -> Result<Server
         workspace_id: read_id("workspace id", reader.get_workspace_id()?)?,
         revision: Revision(reader.get_revision()),
         chunk_sizes,
+        replaced: reader.get_replaced(),
     })
 }
 

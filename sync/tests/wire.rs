@@ -195,6 +195,7 @@ fn hello_types() {
         workspace_id: "ws-1".into(),
         revision: Revision(12),
         chunk_sizes: ChunkSizes::DEFAULT,
+        replaced: false,
     });
     round_trip(&ServerInfo {
         version: u32::MAX,
@@ -205,6 +206,7 @@ fn hello_types() {
             avg: 8 << 10,
             max: 32 << 10,
         },
+        replaced: true,
     });
 }
 
@@ -491,6 +493,7 @@ fn write_fuzz_seeds() {
             workspace_id: "workspace".into(),
             revision: Revision(9),
             chunk_sizes: ChunkSizes::DEFAULT,
+            replaced: false,
         }
         .to_bytes()
         .unwrap(),

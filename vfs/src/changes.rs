@@ -293,6 +293,64 @@ impl Workspace {
         })
     }
 
+    /// Stores blocks ahead of the entries that will use them, for a transfer too large
+    /// for one batch (a file of many blocks). Each new block holds a *loose* reference
+    /// until an applied batch uses it (which drops that reference) or
+    /// [`Workspace::sweep_loose_blocks`] gives up on it. Blocks already stored are left as
+    /// they are. Every block is verified against its hash first; returns how many were
+    /// new.
+    pub fn put_blocks(&self, blocks: &[StoredBlock]) -> Result<usize> {
+        for block in blocks {
+            block.verify()?;
+        }
+        let now = self.now();
+        self.db().write(|txn| {
+            txn.keep_revision();
+            let mut added = 0;
+            for block in blocks {
+                let exists = txn
+                    .prepare_cached("SELECT 1 FROM blocks WHERE hash = ?1")
+                    .and_then(|mut s| s.exists([&block.hash.0[..]]))
+                    .ctx("probing blocks")?;
+                if exists {
+                    continue;
+                }
+                let encoded = EncodedBlock {
+                    raw_len: block.raw_len as usize,
+                    codec: block.codec,
+                    data: block.data.clone(),
+                };
+                let id = content::insert_block(txn, &block.hash, &encoded)?;
+                txn.prepare_cached("INSERT INTO loose_blocks (id, at) VALUES (?1, ?2)")
+                    .and_then(|mut s| s.execute(rusqlite::params![id, now]))
+                    .ctx("holding a loose block")?;
+                added += 1;
+            }
+            Ok(added)
+        })
+    }
+
+    /// Drops the loose references (see [`Workspace::put_blocks`]) older than `age`,
+    /// deleting blocks nothing else uses. Returns how many were dropped.
+    pub fn sweep_loose_blocks(&self, age: std::time::Duration) -> Result<usize> {
+        let before = self
+            .now()
+            .saturating_sub(age.as_nanos().min(i64::MAX as u128) as i64);
+        let cache = self.block_cache();
+        self.db().write(|txn| {
+            txn.keep_revision();
+            txn.skip_quota();
+            let ids: Vec<i64> = txn
+                .prepare_cached("SELECT id FROM loose_blocks WHERE at <= ?1")
+                .and_then(|mut s| s.query_map([before], |r| r.get(0))?.collect())
+                .ctx("reading loose blocks")?;
+            for &id in &ids {
+                release_loose(txn, cache, id)?;
+            }
+            Ok(ids.len())
+        })
+    }
+
     /// Applies states from another workspace in one transaction. File contents must be
     /// either stored here already or among `blocks` (each verified against its hash; a
     /// mismatch refuses the whole batch). States equal to the current ones change
@@ -338,6 +396,14 @@ impl Workspace {
                 }
             }
             for id in pinned {
+                // The batch now uses the block: a loose hold on it has done its job.
+                let loose = txn
+                    .prepare_cached("SELECT 1 FROM loose_blocks WHERE id = ?1")
+                    .and_then(|mut s| s.exists([id]))
+                    .ctx("reading loose blocks")?;
+                if loose {
+                    release_loose(txn, cache, id)?;
+                }
                 content::release_block(txn, cache, id)?;
             }
             if changed == 0 {
@@ -348,6 +414,14 @@ impl Workspace {
             Ok(changed)
         })
     }
+}
+
+/// Drops the loose hold on block `id`.
+fn release_loose(txn: &mut WriteTxn<'_>, cache: &content::BlockCache, id: i64) -> Result<()> {
+    txn.prepare_cached("DELETE FROM loose_blocks WHERE id = ?1")
+        .and_then(|mut s| s.execute([id]))
+        .ctx("releasing a loose block")?;
+    content::release_block(txn, cache, id)
 }
 
 /// Every path changed at or after revision `from`, with its revision and node (`None`:

@@ -157,6 +157,16 @@ fn check_extents(conn: &Connection, report: &mut CheckReport) -> Result<HashMap<
         }
         previous = Some((ino, offset + len));
     }
+    // A block received ahead of the entries that use it holds one reference of its own.
+    let mut stmt = conn
+        .prepare("SELECT id FROM loose_blocks")
+        .ctx("checking loose blocks")?;
+    let loose = stmt
+        .query_map([], |row| row.get::<_, i64>(0))
+        .ctx("checking loose blocks")?;
+    for id in loose {
+        *uses.entry(id.ctx("checking loose blocks")?).or_default() += 1;
+    }
     Ok(uses)
 }
 
@@ -204,7 +214,7 @@ fn check_blocks(
         let used = uses.get(&id).copied().unwrap_or(0);
         if refcount as u64 != used || refcount < 0 {
             report.problem(format!(
-                "block {id}: reference count {refcount}, used by {used} extents"
+                "block {id}: reference count {refcount}, used by {used} extents and loose holds"
             ));
         }
         if refcount == 0 {

@@ -21,7 +21,7 @@ use crate::error::{Error, Result, StorageContext};
 use crate::types::{Quota, Revision};
 
 /// The schema version this code writes. Opening a database of another version fails.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = r#"
 CREATE TABLE meta (
@@ -99,6 +99,12 @@ CREATE TABLE staged (
     ino   INTEGER PRIMARY KEY,
     file  TEXT NOT NULL
 );
+"#;
+
+/// The tables replication added (schema version 2): peers and their cursors, batches
+/// received from them, blocks held ahead of their entries. A version 1 database gains
+/// them when opened for writing.
+const REPLICATION_TABLES: &str = r#"
 CREATE TABLE peers (
     peer           TEXT PRIMARY KEY,
     replica_id     TEXT NOT NULL,
@@ -114,6 +120,10 @@ CREATE TABLE received (
     through_path BLOB NOT NULL
 );
 CREATE INDEX received_by_peer ON received (peer, revision);
+CREATE TABLE loose_blocks (
+    id INTEGER PRIMARY KEY,
+    at INTEGER NOT NULL
+);
 "#;
 
 /// How to open a database.
@@ -796,6 +806,17 @@ fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
         )
         .optional()
         .ctx("reading the schema version")?;
+    let version = match version {
+        Some(1) if !options.read_only => {
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; {REPLICATION_TABLES}
+                 UPDATE meta SET value = 2 WHERE key = 'schema_version'; COMMIT;"
+            ))
+            .ctx("upgrading the schema to version 2")?;
+            Some(2)
+        }
+        other => other,
+    };
     if version != Some(SCHEMA_VERSION) {
         return Err(Error::corrupt(format!(
             "schema version {version:?}, this build reads version {SCHEMA_VERSION}"
@@ -836,6 +857,8 @@ fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
         .ctx("creating the schema")?;
     let result = (|| -> Result<()> {
         conn.execute_batch(SCHEMA).ctx("creating the schema")?;
+        conn.execute_batch(REPLICATION_TABLES)
+            .ctx("creating the schema")?;
         let sizes = options.chunk_sizes;
         let meta: [(&str, rusqlite::types::Value); 5] = [
             ("schema_version", SCHEMA_VERSION.into()),

@@ -87,6 +87,10 @@ pub enum Error {
     TooBig(ErrorPath),
     #[error("{0}busy, try again")]
     Busy(ErrorPath),
+    /// A replication peer presented a replica id the workspace no longer knows it by:
+    /// the peer came back as a new replica, and the old one's cursors are void.
+    #[error("{0}stale replica: the peer was replaced by another replica")]
+    StaleReplica(ErrorPath),
     /// Bytes read from the database do not check out: a block whose hash does not match,
     /// a row that breaks an invariant. Never papered over with wrong data.
     #[error("{path}corrupt workspace: {detail}")]
@@ -131,6 +135,7 @@ impl Error {
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::TooBig(_) => libc::E2BIG,
             Error::Busy(_) => libc::EBUSY,
+            Error::StaleReplica(_) => libc::ESTALE,
             Error::Corrupt { .. } => libc::EIO,
             Error::Storage { source, .. } => storage_errno(source),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
@@ -173,7 +178,8 @@ impl Error {
             | Error::NotSymlink(p)
             | Error::NotSupported(p)
             | Error::TooBig(p)
-            | Error::Busy(p) => Some(p),
+            | Error::Busy(p)
+            | Error::StaleReplica(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }
@@ -202,7 +208,8 @@ impl Error {
             | Error::NotSymlink(p)
             | Error::NotSupported(p)
             | Error::TooBig(p)
-            | Error::Busy(p) => Some(p),
+            | Error::Busy(p)
+            | Error::StaleReplica(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }

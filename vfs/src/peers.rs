@@ -114,9 +114,7 @@ fn store_peer(conn: &Connection, state: &PeerState) -> Result<()> {
 fn fenced(conn: &Connection, peer: &str, replica_id: &str) -> Result<PeerState> {
     match load(conn, peer)? {
         Some(state) if state.replica_id == replica_id => Ok(state),
-        Some(_) => Err(Error::invalid(
-            "the peer was replaced by another replica: register again",
-        )),
+        Some(_) => Err(Error::StaleReplica(Default::default())),
         None => Err(Error::invalid("unknown peer: register first")),
     }
 }

@@ -463,6 +463,9 @@ impl Workspace {
             .store(any_xattr, Ordering::SeqCst);
         if !workspace.inner.db.is_read_only() {
             workspace.reap_orphans()?;
+            // Blocks received ahead of their entries by a transfer that did not finish:
+            // no transfer is in flight before the workspace is open.
+            workspace.sweep_loose_blocks(std::time::Duration::ZERO)?;
             workspace.recover_staging()?;
             workspace.start_staging_worker()?;
         }

@@ -194,3 +194,34 @@ fn glob_and_grep() {
         .iter()
         .any(|m| m.path == "/src/deep/b.rs" && m.line_number == 2));
 }
+
+#[test]
+fn a_version_1_database_gains_the_replication_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        let ws = Workspace::open(&path, Options::default()).unwrap();
+        ws.fs().write_file("/kept", "from version 1").unwrap();
+    }
+    {
+        // What a version 1 build left: no replication tables.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP TABLE peers; DROP TABLE received; DROP TABLE loose_blocks;
+             UPDATE meta SET value = 1 WHERE key = 'schema_version';",
+        )
+        .unwrap();
+    }
+    let read_only = Options {
+        read_only: true,
+        ..Options::default()
+    };
+    assert!(
+        Workspace::open(&path, read_only).is_err(),
+        "a read-only open cannot upgrade"
+    );
+    let ws = Workspace::open(&path, Options::default()).unwrap();
+    assert_eq!(ws.fs().read_file("/kept").unwrap(), b"from version 1");
+    ws.register_peer("p", "r").unwrap();
+    assert!(ws.check().unwrap().is_ok());
+}

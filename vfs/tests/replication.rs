@@ -192,6 +192,58 @@ fn a_hole_wider_than_four_gibibytes_replicates() {
     assert_eq!(fs.read_range("/sparse", 1 << 32, 4).unwrap(), vec![0; 4]);
 }
 
+#[test]
+fn blocks_sent_ahead_of_their_entries_are_held_then_used_or_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (workspace(&dir, "a.db"), workspace(&dir, "b.db"));
+    a.fs().write_file("/big", random_bytes(1 << 20, 7)).unwrap();
+    a.fs()
+        .write_file("/other", random_bytes(200_000, 8))
+        .unwrap();
+    let page = a.changes_after(&Cursor::START, 100, u64::MAX).unwrap();
+    let hashes = |path: &[u8]| -> Vec<BlockHash> {
+        let entry = page.entries.iter().find(|e| e.path == path).unwrap();
+        match &entry.state {
+            EntryState::File { blocks, .. } => blocks.iter().map(|b| b.hash).collect(),
+            _ => unreachable!(),
+        }
+    };
+    let stored = |hs: Vec<BlockHash>| -> Vec<StoredBlock> {
+        hs.iter()
+            .map(|h| a.stored_block(h).unwrap().unwrap())
+            .collect()
+    };
+    // All blocks go ahead, in two calls; the entries follow with none attached.
+    assert!(b.put_blocks(&stored(hashes(b"/big"))).unwrap() > 1);
+    b.put_blocks(&stored(hashes(b"/other"))).unwrap();
+    assert!(b.check().unwrap().is_ok(), "loose blocks are accounted for");
+    let big: Vec<_> = page
+        .entries
+        .iter()
+        .filter(|e| e.path == b"/big")
+        .cloned()
+        .collect();
+    b.apply_changes(&big, &[]).unwrap();
+    assert_eq!(
+        b.fs().read_file("/big").unwrap(),
+        a.fs().read_file("/big").unwrap()
+    );
+    assert!(b.check().unwrap().is_ok());
+    // /other never came: its blocks go with the sweep, and only they.
+    let before = b.check().unwrap().blocks;
+    assert!(b.sweep_loose_blocks(std::time::Duration::ZERO).unwrap() > 0);
+    let report = b.check().unwrap();
+    assert!(report.is_ok() && report.blocks < before);
+    assert_eq!(
+        b.fs().read_file("/big").unwrap(),
+        a.fs().read_file("/big").unwrap()
+    );
+    // A forged block is refused before anything is stored.
+    let mut forged = stored(hashes(b"/other")).remove(0);
+    forged.data[0] ^= 1;
+    assert!(b.put_blocks(&[forged]).is_err());
+}
+
 mod random {
     use super::*;
     use proptest::prelude::*;

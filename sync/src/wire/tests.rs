@@ -606,6 +606,7 @@ fn writers_refuse_what_readers_refuse() {
             avg: 0,
             max: 0,
         },
+        replaced: false,
     };
     assert!(info.to_bytes().is_err());
 }
