@@ -356,17 +356,22 @@ impl Workspace {
     /// mismatch refuses the whole batch). States equal to the current ones change
     /// nothing. Returns how many paths changed.
     pub fn apply_changes(&self, entries: &[ChangeEntry], blocks: &[StoredBlock]) -> Result<usize> {
-        self.apply_changes_with(entries, blocks, &|_| Ok(()))
+        let applied =
+            self.apply_changes_with(blocks, |_| Ok(Ok::<_, ()>(entries.to_vec())), |_| Ok(()))?;
+        Ok(applied.unwrap_or(0))
     }
 
-    /// [`Workspace::apply_changes`], running `also` in the same transaction (to record
-    /// the cursor the batch covers).
-    pub(crate) fn apply_changes_with(
+    /// [`Workspace::apply_changes`] with the entries decided inside the transaction:
+    /// `plan` sees the state the batch will be applied to (no local change can slip in
+    /// between) and returns the entries, or `Err(T)` to write nothing and hand `T` back.
+    /// `also` runs in the same transaction after the entries (to record the cursor the
+    /// batch covers).
+    pub(crate) fn apply_changes_with<T>(
         &self,
-        entries: &[ChangeEntry],
         blocks: &[StoredBlock],
-        also: &dyn Fn(&WriteTxn<'_>) -> Result<()>,
-    ) -> Result<usize> {
+        plan: impl FnOnce(&WriteTxn<'_>) -> Result<std::result::Result<Vec<ChangeEntry>, T>>,
+        also: impl FnOnce(&WriteTxn<'_>) -> Result<()>,
+    ) -> Result<std::result::Result<usize, T>> {
         for block in blocks {
             block.verify()?;
         }
@@ -377,10 +382,17 @@ impl Workspace {
         let now = self.now();
         let cache = self.block_cache();
         self.db().write(|txn| {
+            let entries = match plan(txn)? {
+                Ok(entries) => entries,
+                Err(other) => {
+                    txn.keep_revision();
+                    return Ok(Err(other));
+                }
+            };
             // Pin every stored block the batch refers to: an earlier entry (the old name
             // of a moved file, say) must not free a block a later one reuses.
             let mut pinned = Vec::new();
-            for entry in entries {
+            for entry in &entries {
                 if let EntryState::File { blocks, .. } = &entry.state {
                     for block in blocks.iter().filter(|b| !is_hole(b)) {
                         if let Some(id) = content::retain_by_hash(txn, &block.hash)? {
@@ -390,7 +402,7 @@ impl Workspace {
                 }
             }
             let mut changed = 0;
-            for entry in entries {
+            for entry in &entries {
                 if apply_entry(self, txn, cache, entry, &supplied, now)? {
                     changed += 1;
                 }
@@ -411,7 +423,7 @@ impl Workspace {
                 txn.keep_revision();
             }
             also(txn)?;
-            Ok(changed)
+            Ok(Ok(changed))
         })
     }
 }
@@ -657,6 +669,8 @@ fn apply_entry(
         }
         if let (FileKind::File, EntryState::File { .. }) = (attr.kind, &entry.state) {
             if attr.nlink == 1 {
+                // A staging file caching the old content must not serve it again.
+                ws.unstage_clean(ino)?;
                 replace_file(txn, cache, ino, &entry.state, supplied, now)?;
                 return Ok(true);
             }

@@ -101,8 +101,9 @@ CREATE TABLE staged (
 );
 "#;
 
-/// The tables replication added (schema version 2): peers and their cursors, batches
-/// received from them, blocks held ahead of their entries. A version 1 database gains
+/// The tables replication added (schema version 2): peers and their cursors, the
+/// revisions that hold their batches, how far their changes were applied as of each of
+/// our revisions, blocks held ahead of their entries. A version 1 database gains
 /// them when opened for writing.
 const REPLICATION_TABLES: &str = r#"
 CREATE TABLE peers (
@@ -114,12 +115,17 @@ CREATE TABLE peers (
     applied_path   BLOB NOT NULL
 );
 CREATE TABLE received (
-    revision     INTEGER PRIMARY KEY,
-    peer         TEXT NOT NULL,
-    through_rev  INTEGER NOT NULL,
-    through_path BLOB NOT NULL
+    revision INTEGER PRIMARY KEY,
+    peer     TEXT NOT NULL
 );
 CREATE INDEX received_by_peer ON received (peer, revision);
+CREATE TABLE applied_through (
+    peer         TEXT NOT NULL,
+    revision     INTEGER NOT NULL,
+    through_rev  INTEGER NOT NULL,
+    through_path BLOB NOT NULL,
+    PRIMARY KEY (peer, revision)
+) WITHOUT ROWID;
 CREATE TABLE loose_blocks (
     id INTEGER PRIMARY KEY,
     at INTEGER NOT NULL
@@ -670,7 +676,6 @@ impl std::ops::Deref for WriteTxn<'_> {
 }
 
 impl WriteTxn<'_> {
-    /// Lets this transaction exceed the quota: it only deletes or frees.
     /// This transaction changes no node, only bookkeeping: it does not take a revision.
     pub fn keep_revision(&mut self) {
         self.takes_revision = false;
@@ -681,6 +686,7 @@ impl WriteTxn<'_> {
         self.takes_revision
     }
 
+    /// Lets this transaction exceed the quota: it only deletes or frees.
     pub fn skip_quota(&mut self) {
         self.quota_checked = false;
     }

@@ -8,11 +8,14 @@
 //! - `applied`: how far we have applied the *peer's* changes (its revisions).
 //!
 //! A cursor moves only in the transaction that does what it records, and never backwards.
-//! Every transaction that applies a peer's batch is recorded in `received` under that
-//! peer, with how far the peer's changes were applied after it. That gives the rules
-//! everything else rests on:
+//! Every transaction that applies a peer's batch and changes something is recorded in
+//! `received` under that peer; every applied batch, whether it changed anything or not,
+//! records in `applied_through` how far the peer's changes were applied as of our
+//! revision then. That gives the rules everything else rests on:
 //! - every change we send carries its *base*: how far we had applied the peer's
-//!   changes when we made it (the latest received revision before it);
+//!   changes when we made it (the latest `applied_through` row before it; a batch that
+//!   found everything already in its state counts, or a path both sides filled the same
+//!   way would look unseen to each forever);
 //! - a change of the receiver's is *unseen* by an incoming change when the incoming
 //!   change's base does not cover it and it was not received from that peer; only
 //!   unseen changes can conflict with the peer's. (The peer's cursor *now* would not
@@ -63,6 +66,9 @@ pub struct Applied {
     /// Paths changed.
     pub changed: usize,
     pub conflicts: Vec<Conflict>,
+    /// Every path the batch may have changed here, conflict copies included (what a
+    /// mount must tell the kernel to forget).
+    pub paths: Vec<Vec<u8>>,
 }
 
 fn load(conn: &Connection, peer: &str) -> Result<Option<PeerState>> {
@@ -124,6 +130,9 @@ fn fenced(conn: &Connection, peer: &str, replica_id: &str) -> Result<PeerState> 
 struct PeerView<'a> {
     peer: &'a str,
     base: &'a Cursor,
+    /// Files being written through staging files: their newest content is not in the
+    /// database yet, so they count as changed whatever their revision says.
+    dirty: &'a std::collections::HashSet<InodeNo>,
 }
 
 impl PeerView<'_> {
@@ -143,7 +152,7 @@ impl PeerView<'_> {
 /// How far we had applied `peer`'s changes when we made our change at `revision`.
 fn base_of(conn: &Connection, peer: &str, revision: Revision) -> Result<Cursor> {
     conn.prepare_cached(
-        "SELECT through_rev, through_path FROM received
+        "SELECT through_rev, through_path FROM applied_through
          WHERE peer = ?1 AND revision < ?2 ORDER BY revision DESC LIMIT 1",
     )
     .and_then(|mut s| {
@@ -156,7 +165,7 @@ fn base_of(conn: &Connection, peer: &str, revision: Revision) -> Result<Cursor> 
         .optional()
     })
     .map(|c| c.unwrap_or(Cursor::START))
-    .ctx("reading received revisions")
+    .ctx("reading how far a peer's changes were applied")
 }
 
 fn received_from(conn: &Connection, revision: Revision, peer: &str) -> Result<bool> {
@@ -246,7 +255,9 @@ fn subtree(
             // A directory's own revision moves with every child added or removed; what
             // matters is its children, each checked on its own.
             if !attr.is_dir() {
-                unseen = unseen || view.unseen(conn, attr.revision, &child_path)?;
+                unseen = unseen
+                    || view.dirty.contains(&child)
+                    || view.unseen(conn, attr.revision, &child_path)?;
             }
             if attr.is_dir() {
                 stack.push((child, child_path.clone()));
@@ -285,7 +296,7 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
             Meeting::Apply
         });
     };
-    if changes::same_state(conn, &found.attr, &entry.state)? {
+    if !view.dirty.contains(&found.ino) && changes::same_state(conn, &found.attr, &entry.state)? {
         return Ok(Meeting::Same);
     }
     if found.attr.is_dir() {
@@ -310,7 +321,9 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
             _ => Meeting::Clash,
         });
     }
-    let unseen = found.bound_unseen || view.unseen(conn, found.attr.revision, &entry.path)?;
+    let unseen = found.bound_unseen
+        || view.dirty.contains(&found.ino)
+        || view.unseen(conn, found.attr.revision, &entry.path)?;
     Ok(match (unseen, &entry.state) {
         (false, _) => Meeting::Apply,
         (true, EntryState::Removed) => Meeting::KeepOurs,
@@ -353,15 +366,16 @@ fn seen_removals(path: &[u8], below: &[Below]) -> Removal {
     Removal { remove: out, stay }
 }
 
-/// A free name for the losing version of `path`: `path.conflict-<peer>-<revision>`, or
-/// with a counter if that is taken by something else than `state`.
+/// A name for the losing version of `path`: `path.conflict-<peer>-<revision>`, or with
+/// a counter if that is taken. Returns it and whether it already holds `state` (a
+/// replayed batch finds the copy its first application made).
 fn conflict_name(
     conn: &Connection,
     path: &[u8],
     peer: &str,
     revision: Revision,
     state: Option<&EntryState>,
-) -> Result<Vec<u8>> {
+) -> Result<(Vec<u8>, bool)> {
     let tag: String = peer
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -375,25 +389,42 @@ fn conflict_name(
     base.extend_from_slice(suffix.as_bytes());
     let mut candidate = base.clone();
     for n in 1.. {
-        let free = match crate::fs::resolve_in(conn, &candidate, false) {
-            Ok(r) => match r.ino {
-                None => true,
-                // A retried batch finds its own copy from the first attempt.
-                Some(ino) => match state {
-                    Some(state) => changes::same_state(conn, &store::attr(conn, ino)?, state)?,
-                    None => false,
-                },
-            },
-            Err(Error::NotFound(_)) | Err(Error::NotDir(_)) => true,
+        let taken = match crate::fs::resolve_in(conn, &candidate, false) {
+            Ok(r) => r.ino,
+            Err(Error::NotFound(_)) | Err(Error::NotDir(_)) => None,
             Err(e) => return Err(e),
         };
-        if free {
-            break;
+        let Some(ino) = taken else {
+            return Ok((candidate, false));
+        };
+        if let Some(state) = state {
+            if changes::same_state(conn, &store::attr(conn, ino)?, state)? {
+                return Ok((candidate, true));
+            }
         }
         candidate = base.clone();
         candidate.extend_from_slice(format!("-{n}").as_bytes());
     }
-    Ok(candidate)
+    unreachable!("the counter outlasts any directory")
+}
+
+/// How often a batch is planned again because local changes raced its application.
+const APPLY_ATTEMPTS: usize = 8;
+
+/// What applying a batch will do.
+#[derive(Default)]
+struct Plan {
+    /// Entries applied as received from the peer.
+    batch: Vec<ChangeEntry>,
+    conflicts: Vec<Conflict>,
+    /// Authority::Ours: the peer's losing versions, written under conflict names
+    /// outside the received batch so they travel back to the peer.
+    copies: Vec<ChangeEntry>,
+    /// Authority::Theirs: our losing versions, moved aside (parent, path, new path)
+    /// before the batch.
+    moves: Vec<(InodeNo, Vec<u8>, Vec<u8>)>,
+    /// Directories a cut-down removal leaves, to stamp as ours after the batch.
+    restamp: Vec<Vec<u8>>,
 }
 
 /// Which side's version stays at a contested path.
@@ -431,8 +462,10 @@ impl Workspace {
                 ),
             };
             if reset {
-                txn.execute("DELETE FROM received WHERE peer = ?1", [peer])
-                    .ctx("forgetting a replaced peer")?;
+                for table in ["received", "applied_through"] {
+                    txn.execute(&format!("DELETE FROM {table} WHERE peer = ?1"), [peer])
+                        .ctx("forgetting a replaced peer")?;
+                }
             }
             store_peer(txn, &state)?;
             Ok((state, reset))
@@ -462,9 +495,11 @@ impl Workspace {
                     if e.state == EntryState::Removed {
                         // Not for a directory: our removal still takes whatever of the
                         // old tree the peer had and we had seen.
+                        let none = Default::default();
                         let view = PeerView {
                             peer,
                             base: &Cursor::START,
+                            dirty: &none,
                         };
                         if let Some(found) = find(conn, &e.path, &view)? {
                             let now = found.attr.revision;
@@ -554,159 +589,150 @@ impl Workspace {
         through: &Cursor,
         authority: Authority,
     ) -> Result<Applied> {
-        self.commit_all()?;
-        self.settle_staged()?;
-        let record = self.db().read(|conn| fenced(conn, peer, replica_id))?;
-        if changes::cursor_at_or_after(&record.applied, through) {
-            return Ok(Applied {
-                through: record.applied,
-                ..Applied::default()
-            });
-        }
-        // Decide against a snapshot; applying re-checks nothing, so a local mutation
-        // racing this one may win a path (it is then unseen and replicates back).
+        // The plan is made inside the transaction that applies it, so no local change
+        // (a write through the mount) can land between deciding and applying. A plan
+        // that needs steps of its own first (conflict copies, our versions moved aside:
+        // changes of ours, so never in the received transaction) writes nothing; the
+        // steps run, and the batch is planned again.
         let mut conflicts = Vec::new();
-        let mut batch = Vec::with_capacity(entries.len());
-        // Authority::Ours: the peer's losing versions, written under conflict names
-        // outside the received batch so they travel back to the peer.
-        let mut copies = Vec::new();
-        // Authority::Theirs: our losing versions, moved aside before the batch.
-        let mut moves = Vec::new();
-        // Directories a cut-down removal leaves, to stamp as ours after the batch.
-        let mut restamp: Vec<Vec<u8>> = Vec::new();
-        self.db().read(|conn| {
-            // Paths an earlier entry of this batch removes: the snapshot still shows
-            // what was there, but a later entry (the same path filled again) meets
-            // nothing.
-            let mut cleared: Vec<Vec<u8>> = Vec::new();
-            for entry in entries {
-                let view = PeerView {
-                    peer,
-                    base: &entry.base,
-                };
-                let meeting = if cleared.iter().any(|c| is_within(&entry.path, c)) {
-                    Meeting::Apply
-                } else {
-                    meet(conn, entry, &view)?
-                };
-                match meeting {
-                    Meeting::Same => {}
-                    Meeting::Apply => {
-                        if entry.state == EntryState::Removed {
-                            cleared.push(entry.path.clone());
-                        }
-                        batch.push(entry.clone());
+        let mut paths: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..APPLY_ATTEMPTS {
+            let record = self.db().read(|conn| fenced(conn, peer, replica_id))?;
+            if changes::cursor_at_or_after(&record.applied, through) {
+                return Ok(Applied {
+                    through: record.applied,
+                    conflicts,
+                    paths,
+                    ..Applied::default()
+                });
+            }
+            let dirty = self.dirty_staged();
+            let planned = std::cell::RefCell::new(Plan::default());
+            let outcome = self.apply_changes_with(
+                blocks,
+                |txn| {
+                    let plan = plan(txn, peer, entries, authority, &dirty)?;
+                    let batch = plan.batch.clone();
+                    let steps_first = !plan.copies.is_empty() || !plan.moves.is_empty();
+                    *planned.borrow_mut() = plan;
+                    Ok(if steps_first { Err(()) } else { Ok(batch) })
+                },
+                |txn| {
+                    let mut state = fenced(txn, peer, replica_id)?;
+                    if !changes::cursor_at_or_after(&state.applied, through) {
+                        state.applied = through.clone();
+                        store_peer(txn, &state)?;
                     }
-                    Meeting::KeepOurs => conflicts.push(Conflict {
-                        path: entry.path.clone(),
-                        kept_as: entry.path.clone(),
-                    }),
-                    Meeting::RemoveSeen(Removal { remove, stay }) => {
-                        conflicts.push(Conflict {
-                            path: entry.path.clone(),
-                            kept_as: entry.path.clone(),
-                        });
-                        cleared.extend(remove.iter().cloned());
-                        restamp.extend(stay);
-                        batch.extend(remove.into_iter().map(|path| ChangeEntry {
-                            revision: entry.revision,
-                            path,
-                            state: EntryState::Removed,
-                            base: entry.base.clone(),
-                        }));
-                    }
-                    Meeting::Clash => match authority {
-                        Authority::Ours => {
-                            let kept_as = conflict_name(
-                                conn,
-                                &entry.path,
-                                peer,
-                                entry.revision,
-                                Some(&entry.state),
-                            )?;
-                            conflicts.push(Conflict {
-                                path: entry.path.clone(),
-                                kept_as: kept_as.clone(),
-                            });
-                            copies.push(ChangeEntry {
-                                revision: entry.revision,
-                                path: kept_as,
-                                state: entry.state.clone(),
-                                base: entry.base.clone(),
-                            });
-                        }
-                        Authority::Theirs => {
-                            let found = find(conn, &entry.path, &view)?
-                                .ok_or_else(|| Error::invalid("a contested path vanished"))?;
-                            let kept_as =
-                                conflict_name(conn, &entry.path, peer, found.attr.revision, None)?;
-                            moves.push((found.parent, entry.path.clone(), kept_as));
-                            batch.push(entry.clone());
-                        }
-                    },
+                    // As of our revision now (the one this batch takes, or the last
+                    // one when it changed nothing), the peer's changes through
+                    // `through` are applied here.
+                    let as_of = if txn.takes_revision() {
+                        txn.execute(
+                            "INSERT OR REPLACE INTO received (revision, peer) VALUES (?1, ?2)",
+                            params![txn.revision.0 as i64, peer],
+                        )
+                        .ctx("recording a received revision")?;
+                        txn.revision.0
+                    } else {
+                        txn.revision.0 - 1
+                    };
+                    txn.execute(
+                        "INSERT INTO applied_through (peer, revision, through_rev, through_path)
+                         VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (peer, revision) DO UPDATE
+                         SET through_rev = excluded.through_rev,
+                             through_path = excluded.through_path",
+                        params![peer, as_of as i64, through.revision.0 as i64, through.path],
+                    )
+                    .ctx("recording how far a peer's changes were applied")?;
+                    Ok(())
+                },
+            );
+            let plan = planned.into_inner();
+            match outcome {
+                Ok(Ok(changed)) => {
+                    conflicts.extend(plan.conflicts);
+                    paths.extend(plan.batch.iter().map(|e| e.path.clone()));
+                    self.restamp(&plan.restamp)?;
+                    return Ok(Applied {
+                        through: through.clone(),
+                        changed,
+                        conflicts,
+                        paths,
+                    });
+                }
+                Ok(Err(())) => {
+                    // Conflict steps first; their conflicts are reported once, here.
+                    self.conflict_steps(&plan, blocks, &mut conflicts, &mut paths)?;
+                }
+                // A file became busy being written between the plan and its apply:
+                // plan again against what is there now.
+                Err(Error::Busy(_)) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        // Local changes keep landing: try again later (a transient failure).
+        Err(Error::Busy(Default::default()))
+    }
+
+    /// Writes the peer's losing versions under conflict names, or moves ours aside.
+    fn conflict_steps(
+        &self,
+        plan: &Plan,
+        blocks: &[StoredBlock],
+        conflicts: &mut Vec<Conflict>,
+        paths: &mut Vec<Vec<u8>>,
+    ) -> Result<()> {
+        if !plan.copies.is_empty() {
+            self.apply_changes(&plan.copies, blocks)?;
+            for copy in &plan.copies {
+                paths.push(copy.path.clone());
+                if let Some(c) = plan.conflicts.iter().find(|c| c.kept_as == copy.path) {
+                    conflicts.push(c.clone());
                 }
             }
-            Ok(())
-        })?;
-        if !copies.is_empty() {
-            self.apply_changes(&copies, blocks)?;
         }
-        for (parent, path, kept_as) in moves {
+        for (parent, path, kept_as) in &plan.moves {
             // A local rename: it replicates like any change of ours.
             self.rename(
-                parent,
-                last_component(&path),
-                parent,
-                last_component(&kept_as),
+                *parent,
+                last_component(path),
+                *parent,
+                last_component(kept_as),
                 RenameFlags {
                     no_replace: true,
                     ..RenameFlags::default()
                 },
             )?;
-            conflicts.push(Conflict { path, kept_as });
+            paths.push(kept_as.clone());
+            conflicts.push(Conflict {
+                path: path.clone(),
+                kept_as: kept_as.clone(),
+            });
         }
-        let record_batch = |txn: &crate::db::WriteTxn<'_>| -> Result<()> {
-            let mut state = fenced(txn, peer, replica_id)?;
-            if !changes::cursor_at_or_after(&state.applied, through) {
-                state.applied = through.clone();
-                store_peer(txn, &state)?;
-            }
-            if !txn.takes_revision() {
-                return Ok(()); // Nothing changed: no revision to record.
-            }
-            txn.execute(
-                "INSERT OR REPLACE INTO received (revision, peer, through_rev, through_path)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![
-                    txn.revision.0 as i64,
-                    peer,
-                    through.revision.0 as i64,
-                    through.path
-                ],
-            )
-            .ctx("recording a received revision")?;
-            Ok(())
-        };
-        let changed = self.apply_changes_with(&batch, blocks, &record_batch)?;
-        if !restamp.is_empty() {
-            let now = self.now();
-            self.db().write(|txn| {
-                let view = PeerView {
-                    peer,
-                    base: &Cursor::START,
-                };
-                for path in &restamp {
-                    if let Some(found) = find(txn, path, &view)? {
-                        store::touch_ctime(txn, found.ino, now)?;
-                    }
+        Ok(())
+    }
+
+    /// Stamps directories a cut-down removal left as changed here, so the peer that
+    /// removed them learns they are back.
+    fn restamp(&self, paths: &[Vec<u8>]) -> Result<()> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let now = self.now();
+        let none = Default::default();
+        self.db().write(|txn| {
+            let view = PeerView {
+                peer: "",
+                base: &Cursor::START,
+                dirty: &none,
+            };
+            for path in paths {
+                if let Some(found) = find(txn, path, &view)? {
+                    store::touch_ctime(txn, found.ino, now)?;
                 }
-                Ok(())
-            })?;
-        }
-        Ok(Applied {
-            through: through.clone(),
-            changed,
-            conflicts,
+            }
+            Ok(())
         })
     }
 }
@@ -714,6 +740,97 @@ impl Workspace {
 /// Whether `path` is `dir` or below it.
 fn is_within(path: &[u8], dir: &[u8]) -> bool {
     path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/' || dir == b"/")
+}
+
+/// Decides what to do with each incoming entry, against the state on `conn`.
+fn plan(
+    conn: &Connection,
+    peer: &str,
+    entries: &[ChangeEntry],
+    authority: Authority,
+    dirty: &std::collections::HashSet<InodeNo>,
+) -> Result<Plan> {
+    let mut plan = Plan::default();
+    {
+        // Paths an earlier entry of this batch removes: the snapshot still shows
+        // what was there, but a later entry (the same path filled again) meets
+        // nothing.
+        let mut cleared: Vec<Vec<u8>> = Vec::new();
+        for entry in entries {
+            let view = PeerView {
+                peer,
+                base: &entry.base,
+                dirty,
+            };
+            let meeting = if cleared.iter().any(|c| is_within(&entry.path, c)) {
+                Meeting::Apply
+            } else {
+                meet(conn, entry, &view)?
+            };
+            match meeting {
+                Meeting::Same => {}
+                Meeting::Apply => {
+                    if entry.state == EntryState::Removed {
+                        cleared.push(entry.path.clone());
+                    }
+                    plan.batch.push(entry.clone());
+                }
+                Meeting::KeepOurs => plan.conflicts.push(Conflict {
+                    path: entry.path.clone(),
+                    kept_as: entry.path.clone(),
+                }),
+                Meeting::RemoveSeen(Removal { remove, stay }) => {
+                    plan.conflicts.push(Conflict {
+                        path: entry.path.clone(),
+                        kept_as: entry.path.clone(),
+                    });
+                    cleared.extend(remove.iter().cloned());
+                    plan.restamp.extend(stay);
+                    plan.batch
+                        .extend(remove.into_iter().map(|path| ChangeEntry {
+                            revision: entry.revision,
+                            path,
+                            state: EntryState::Removed,
+                            base: entry.base.clone(),
+                        }));
+                }
+                Meeting::Clash => match authority {
+                    Authority::Ours => {
+                        let (kept_as, made) = conflict_name(
+                            conn,
+                            &entry.path,
+                            peer,
+                            entry.revision,
+                            Some(&entry.state),
+                        )?;
+                        // Made by an earlier attempt or an earlier copy of this
+                        // batch: reported then.
+                        if !made {
+                            plan.conflicts.push(Conflict {
+                                path: entry.path.clone(),
+                                kept_as: kept_as.clone(),
+                            });
+                            plan.copies.push(ChangeEntry {
+                                revision: entry.revision,
+                                path: kept_as,
+                                state: entry.state.clone(),
+                                base: entry.base.clone(),
+                            });
+                        }
+                    }
+                    Authority::Theirs => {
+                        let found = find(conn, &entry.path, &view)?
+                            .ok_or_else(|| Error::invalid("a contested path vanished"))?;
+                        let (kept_as, _) =
+                            conflict_name(conn, &entry.path, peer, found.attr.revision, None)?;
+                        plan.moves.push((found.parent, entry.path.clone(), kept_as));
+                        plan.batch.push(entry.clone());
+                    }
+                },
+            }
+        }
+    }
+    Ok(plan)
 }
 
 fn last_component(path: &[u8]) -> &[u8] {

@@ -571,6 +571,50 @@ impl Workspace {
         Ok(())
     }
 
+    /// Drops the staging file caching the content of `ino` before replication replaces
+    /// that content (inside its transaction). Open readers keep the version they
+    /// opened. A staging file holding changes the database lacks is refused with EBUSY:
+    /// replacing it would lose them (the caller plans again, and sees a conflict).
+    pub(crate) fn unstage_clean(&self, ino: InodeNo) -> Result<()> {
+        let Some(staging) = self.staging() else {
+            return Ok(());
+        };
+        let mut entries = lock(&staging.entries);
+        if let Some(staged) = entries.get(&ino) {
+            let busy = {
+                let state = lock(&staged.state);
+                state.dirty || state.writers > 0
+            };
+            if busy {
+                return Err(Error::Busy(Default::default()));
+            }
+            // Clean: nothing in the database binds it, so dropping it from memory is
+            // all there is (and stays right if the transaction rolls back).
+            if let Some(staged) = entries.remove(&ino) {
+                lock(&staging.doomed).push(staged);
+                staging.wake_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Files whose staging file holds changes the database does not have yet (open for
+    /// writing, or written and not ingested).
+    pub(crate) fn dirty_staged(&self) -> std::collections::HashSet<InodeNo> {
+        let Some(staging) = self.staging() else {
+            return Default::default();
+        };
+        staging
+            .snapshot()
+            .into_iter()
+            .filter(|staged| {
+                let state = lock(&staged.state);
+                state.dirty || state.writers > 0
+            })
+            .map(|staged| staged.inode())
+            .collect()
+    }
+
     /// Ingests every dirty staged file that has no writer left.
     pub(crate) fn settle_staged(&self) -> Result<()> {
         let Some(staging) = self.staging() else {

@@ -207,7 +207,8 @@ fn a_version_1_database_gains_the_replication_tables() {
         // What a version 1 build left: no replication tables.
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP TABLE peers; DROP TABLE received; DROP TABLE loose_blocks;
+            "DROP TABLE peers; DROP TABLE received; DROP TABLE applied_through;
+             DROP TABLE loose_blocks;
              UPDATE meta SET value = 1 WHERE key = 'schema_version';",
         )
         .unwrap();
