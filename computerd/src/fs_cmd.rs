@@ -31,10 +31,26 @@ use crate::fs_progress::{CheckBar, TransferProgress};
 /// Bytes moved per step by `cat` and `write`.
 const COPY_BUFFER: usize = 1 << 20;
 
+/// Where a command reads and writes: the process's own streams, or buffers when the
+/// command runs for a remote client (`computerd serve`).
+pub struct Stdio<'a> {
+    pub stdin: &'a mut dyn Read,
+    pub stdout: &'a mut dyn Write,
+    pub stderr: &'a mut dyn Write,
+}
+
 #[derive(Args, Debug)]
 pub struct FsArgs {
     /// The workspace database (an SQLite file).
-    pub db: PathBuf,
+    #[arg(required_unless_present = "remote")]
+    pub db: Option<PathBuf>,
+    /// Run the command on a workspace served by `computerd serve` at ADDR (a Unix
+    /// socket path, or tcp:HOST:PORT) instead of a database.
+    #[arg(long, value_name = "ADDR", conflicts_with = "db")]
+    pub remote: Option<String>,
+    /// With --remote: the file holding the server's token (else $COMPUTERD_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: FsCommand,
 }
@@ -286,8 +302,8 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 /// Prints one error line for a command that goes on with its other paths.
-fn report(err: &anyhow::Error) {
-    eprintln!("computerd: {err}");
+fn report(stderr: &mut dyn Write, err: &anyhow::Error) {
+    let _ = writeln!(stderr, "computerd: {err}");
 }
 
 // ------------------------------------------------------------------------------- paths
@@ -351,28 +367,132 @@ fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
 }
 
 pub fn run(args: FsArgs) -> anyhow::Result<ExitCode> {
+    if let Some(remote) = &args.remote {
+        return crate::remote::fs(remote, args.token_file.as_deref(), &args.command);
+    }
+    let Some(db) = &args.db else {
+        return Err(anyhow!("name a database, or a server with --remote"));
+    };
+    let (mut stdin, mut stdout, mut stderr) = (io::stdin().lock(), io::stdout(), io::stderr());
+    let mut stdio = Stdio {
+        stdin: &mut stdin,
+        stdout: &mut stdout,
+        stderr: &mut stderr,
+    };
+    let writes = args.command.writes();
+    run_on(open(db, writes), args.command, &mut stdio, true)
+}
+
+/// Runs `command` on the workspace `fs` opened to (or the error opening it), with
+/// progress bars on the terminal if `progress`. Errors that end the command are
+/// returned for the caller to print, except grep's (which exits 2).
+pub fn run_on(
+    fs: anyhow::Result<Fs>,
+    command: FsCommand,
+    stdio: &mut Stdio<'_>,
+    progress: bool,
+) -> anyhow::Result<ExitCode> {
     // grep(1) exits 1 for "no match", so its errors exit 2.
-    let error_code = match args.command {
+    let error_code = match command {
         FsCommand::Grep { .. } => 2,
         _ => 1,
     };
-    let result = open(&args.db, args.command.writes()).and_then(|fs| dispatch(&fs, args.command));
+    let result = fs.and_then(|fs| dispatch(&fs, command, stdio, progress));
     match result {
         Ok(code) => Ok(code),
         Err(err) if is_broken_pipe(&err) => Ok(ExitCode::SUCCESS),
         Err(err) if error_code != 1 => {
-            report(&err);
+            report(stdio.stderr, &err);
             Ok(ExitCode::from(error_code))
         }
         Err(err) => Err(err),
     }
 }
 
-fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
+/// Output of a command run for a remote client.
+pub struct CapturedRun {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub status: i32,
+}
+
+/// A command as the command line after `computerd fs --remote ADDR` has it.
+#[derive(clap::Parser, Debug)]
+#[command(name = "computerd fs", no_binary_name = true)]
+struct RemoteCommand {
+    #[command(subcommand)]
+    command: FsCommand,
+}
+
+/// Runs a `computerd fs` command line for a remote client against the served
+/// workspace, capturing its output. The commands that reach the server's own
+/// filesystem (import, export) are refused: a client may only touch the workspace.
+pub fn run_for_remote(ws: &Workspace, args: &[Vec<u8>], stdin: &[u8]) -> CapturedRun {
+    let mut captured = CapturedRun {
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        status: 0,
+    };
+    let args: Vec<std::ffi::OsString> = args
+        .iter()
+        .map(|a| std::os::unix::ffi::OsStringExt::from_vec(a.clone()))
+        .collect();
+    let command = match <RemoteCommand as clap::Parser>::try_parse_from(args) {
+        Ok(parsed) => parsed.command,
+        Err(err) => {
+            captured.stderr = err.render().to_string().into_bytes();
+            captured.status = 2;
+            return captured;
+        }
+    };
+    if matches!(command, FsCommand::Import { .. } | FsCommand::Export { .. }) {
+        captured.stderr = b"computerd: import and export reach the host filesystem and run only \
+            against a database; use a replica mount to copy trees\n"
+            .to_vec();
+        captured.status = 1;
+        return captured;
+    }
+    let mut stdin = stdin;
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut stdio = Stdio {
+        stdin: &mut stdin,
+        stdout: &mut stdout,
+        stderr: &mut stderr,
+    };
+    let code = match run_on(Ok(ws.fs()), command, &mut stdio, false) {
+        Ok(code) => exit_status(code),
+        Err(err) => {
+            let _ = writeln!(stdio.stderr, "computerd: {err:#}");
+            1
+        }
+    };
+    captured.stdout = stdout;
+    captured.stderr = stderr;
+    captured.status = code;
+    captured
+}
+
+/// The number an `ExitCode` stands for (it hides it; the commands use 0, 1 and 2).
+fn exit_status(code: ExitCode) -> i32 {
+    if code == ExitCode::SUCCESS {
+        0
+    } else if code == ExitCode::from(2) {
+        2
+    } else {
+        1
+    }
+}
+
+fn dispatch(
+    fs: &Fs,
+    command: FsCommand,
+    stdio: &mut Stdio<'_>,
+    progress: bool,
+) -> anyhow::Result<ExitCode> {
     match command {
-        FsCommand::Ls { long, path } => ls(fs, &ws_path(&path)?, long),
-        FsCommand::Cat { paths } => cat(fs, &paths),
-        FsCommand::Write { path, append } => write(fs, &ws_path(&path)?, append),
+        FsCommand::Ls { long, path } => ls(fs, &ws_path(&path)?, long, stdio.stdout),
+        FsCommand::Cat { paths } => cat(fs, &paths, stdio),
+        FsCommand::Write { path, append } => write(fs, &ws_path(&path)?, append, stdio.stdin),
         FsCommand::Mkdir {
             parents,
             mode,
@@ -386,7 +506,9 @@ fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
                 recursive: parents,
                 mode,
             };
-            each(&paths, |path| fs.mkdir(path, options).map_err(vfs_err))
+            each(&paths, stdio.stderr, |path| {
+                fs.mkdir(path, options).map_err(vfs_err)
+            })
         }
         FsCommand::Rm {
             recursive,
@@ -394,7 +516,9 @@ fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
             paths,
         } => {
             let options = RmOptions { recursive, force };
-            each(&paths, |path| fs.rm(path, options).map_err(vfs_err))
+            each(&paths, stdio.stderr, |path| {
+                fs.rm(path, options).map_err(vfs_err)
+            })
         }
         FsCommand::Mv { src, dst } => {
             let src = ws_path(&src)?;
@@ -423,10 +547,10 @@ fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        FsCommand::Stat { dereference, paths } => stat(fs, &paths, dereference),
+        FsCommand::Stat { dereference, paths } => stat(fs, &paths, dereference, stdio),
         FsCommand::Find { pattern } => {
             let found = fs.glob(&ws_path(&pattern)?).map_err(vfs_err)?;
-            let mut out = BufWriter::new(io::stdout().lock());
+            let mut out = BufWriter::new(&mut *stdio.stdout);
             for path in found {
                 writeln!(out, "{path}").map_err(out_err)?;
             }
@@ -447,23 +571,39 @@ fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
                 max_matches: max_count,
                 include,
             };
-            grep(fs, &pattern, &ws_path(&path)?, &options)
+            grep(fs, &pattern, &ws_path(&path)?, &options, stdio.stdout)
         }
         FsCommand::Import {
             host_dir,
             path,
             no_progress,
-        } => import(fs, &host_dir, &ws_path(&path)?, !no_progress),
+        } => import(
+            fs,
+            &host_dir,
+            &ws_path(&path)?,
+            progress && !no_progress,
+            stdio.stdout,
+        ),
         FsCommand::Export {
             path,
             host_dir,
             no_progress,
-        } => export(fs, &ws_path(&path)?, &host_dir, !no_progress),
-        FsCommand::Check { no_progress } => check(fs.workspace(), !no_progress),
-        FsCommand::Stats { json } => stats(fs.workspace(), json),
+        } => export(
+            fs,
+            &ws_path(&path)?,
+            &host_dir,
+            progress && !no_progress,
+            stdio.stdout,
+        ),
+        FsCommand::Check { no_progress } => {
+            check(fs.workspace(), progress && !no_progress, stdio.stdout)
+        }
+        FsCommand::Stats { json } => stats(fs.workspace(), json, stdio.stdout),
         FsCommand::Chmod { mode, paths } => {
             let mode = mode_arg(&mode)?;
-            each(&paths, |path| fs.chmod(path, mode).map_err(vfs_err))
+            each(&paths, stdio.stderr, |path| {
+                fs.chmod(path, mode).map_err(vfs_err)
+            })
         }
         FsCommand::Truncate {
             size,
@@ -473,10 +613,12 @@ fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
             let size = parse_size(&size).ok_or_else(|| {
                 anyhow!("{size}: invalid size (expected bytes, optionally with K, M, G or T)")
             })?;
-            each(&paths, |path| truncate(fs, path, size, !no_create))
+            each(&paths, stdio.stderr, |path| {
+                truncate(fs, path, size, !no_create)
+            })
         }
         FsCommand::Tree { path } => {
-            let mut out = BufWriter::new(io::stdout().lock());
+            let mut out = BufWriter::new(&mut *stdio.stdout);
             crate::fs_walk::tree(fs, &ws_path(&path)?, &mut out)?;
             out.flush().map_err(out_err)?;
             Ok(ExitCode::SUCCESS)
@@ -487,7 +629,7 @@ fn dispatch(fs: &Fs, command: FsCommand) -> anyhow::Result<ExitCode> {
             path,
             help: _,
         } => {
-            let mut out = BufWriter::new(io::stdout().lock());
+            let mut out = BufWriter::new(&mut *stdio.stdout);
             crate::fs_walk::du(fs, &ws_path(&path)?, summarize, human_readable, &mut out)?;
             out.flush().map_err(out_err)?;
             Ok(ExitCode::SUCCESS)
@@ -502,6 +644,7 @@ fn mode_arg(text: &str) -> anyhow::Result<u32> {
 /// Runs `f` on every path, reporting each failure; fails if any did.
 fn each(
     paths: &[String],
+    stderr: &mut dyn Write,
     mut f: impl FnMut(&str) -> anyhow::Result<()>,
 ) -> anyhow::Result<ExitCode> {
     let mut failed = false;
@@ -510,7 +653,7 @@ fn each(
             if is_broken_pipe(&err) || err.downcast_ref::<StdoutError>().is_some() {
                 return Err(err);
             }
-            report(&err);
+            report(stderr, &err);
             failed = true;
         }
     }
@@ -523,7 +666,7 @@ fn each(
 
 // -------------------------------------------------------------------------- commands
 
-fn ls(fs: &Fs, path: &str, long: bool) -> anyhow::Result<ExitCode> {
+fn ls(fs: &Fs, path: &str, long: bool, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let ws = fs.workspace();
     let lattr = fs.lstat(path).map_err(vfs_err)?;
     // Like ls(1): `ls -l link` shows the link itself, `ls link` what it points to.
@@ -552,7 +695,7 @@ fn ls(fs: &Fs, path: &str, long: bool) -> anyhow::Result<ExitCode> {
     } else {
         rows.push((path.as_bytes().to_vec(), attr));
     }
-    let mut out = BufWriter::new(io::stdout().lock());
+    let mut out = BufWriter::new(stdout);
     let width = |f: &dyn Fn(&Attr) -> String| rows.iter().map(|(_, a)| f(a).len()).max();
     let nlink_w = width(&|a| a.nlink.to_string()).unwrap_or(1);
     let uid_w = width(&|a| a.uid.to_string()).unwrap_or(1);
@@ -586,15 +729,15 @@ fn ls(fs: &Fs, path: &str, long: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn cat(fs: &Fs, paths: &[String]) -> anyhow::Result<ExitCode> {
-    let mut out = io::stdout().lock();
+fn cat(fs: &Fs, paths: &[String], stdio: &mut Stdio<'_>) -> anyhow::Result<ExitCode> {
+    let out = &mut *stdio.stdout;
     let mut buf = vec![0u8; COPY_BUFFER];
     let mut failed = false;
     for arg in paths {
         let path = match ws_path(arg) {
             Ok(path) => path,
             Err(err) => {
-                report(&err);
+                report(stdio.stderr, &err);
                 failed = true;
                 continue;
             }
@@ -602,7 +745,7 @@ fn cat(fs: &Fs, paths: &[String]) -> anyhow::Result<ExitCode> {
         let mut reader = match fs.open_read(&path) {
             Ok(reader) => reader,
             Err(err) => {
-                report(&vfs_err(err));
+                report(stdio.stderr, &vfs_err(err));
                 failed = true;
                 continue;
             }
@@ -613,10 +756,13 @@ fn cat(fs: &Fs, paths: &[String]) -> anyhow::Result<ExitCode> {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    report(&vfs_err(Error::Io {
-                        path: ErrorPath::of(path.clone()),
-                        source: e,
-                    }));
+                    report(
+                        stdio.stderr,
+                        &vfs_err(Error::Io {
+                            path: ErrorPath::of(path.clone()),
+                            source: e,
+                        }),
+                    );
                     failed = true;
                     break;
                 }
@@ -633,8 +779,10 @@ fn cat(fs: &Fs, paths: &[String]) -> anyhow::Result<ExitCode> {
 }
 
 /// Reads stdin to its end, handing each piece to `sink`.
-fn pump_stdin(mut sink: impl FnMut(&[u8]) -> anyhow::Result<()>) -> anyhow::Result<()> {
-    let mut stdin = io::stdin().lock();
+fn pump_stdin(
+    stdin: &mut dyn Read,
+    mut sink: impl FnMut(&[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let mut buf = vec![0u8; COPY_BUFFER];
     loop {
         let n = match stdin.read(&mut buf) {
@@ -647,7 +795,7 @@ fn pump_stdin(mut sink: impl FnMut(&[u8]) -> anyhow::Result<()>) -> anyhow::Resu
     }
 }
 
-fn write(fs: &Fs, path: &str, append: bool) -> anyhow::Result<ExitCode> {
+fn write(fs: &Fs, path: &str, append: bool, stdin: &mut dyn Read) -> anyhow::Result<ExitCode> {
     let existing = match fs.stat(path) {
         Ok(attr) => Some(attr),
         Err(Error::NotFound(_)) => None,
@@ -667,7 +815,7 @@ fn write(fs: &Fs, path: &str, append: bool) -> anyhow::Result<ExitCode> {
             let fh = ws
                 .open_file(attr.ino, flags)
                 .map_err(|e| vfs_err(e.at(path)))?;
-            let pumped = pump_stdin(|data| {
+            let pumped = pump_stdin(stdin, |data| {
                 ws.write(fh, 0, data)
                     .map(drop)
                     .map_err(|e| vfs_err(e.at(path)))
@@ -680,7 +828,7 @@ fn write(fs: &Fs, path: &str, append: bool) -> anyhow::Result<ExitCode> {
         }
         _ => {
             let mut writer = fs.create_write(path).map_err(vfs_err)?;
-            pump_stdin(|data| {
+            pump_stdin(stdin, |data| {
                 writer.write_all(data).map_err(|e| {
                     vfs_err(Error::Io {
                         path: ErrorPath::of(path),
@@ -722,10 +870,15 @@ fn cp(fs: &Fs, src: &str, dst: String, recursive: bool) -> anyhow::Result<ExitCo
     }
 }
 
-fn stat(fs: &Fs, paths: &[String], follow: bool) -> anyhow::Result<ExitCode> {
-    let mut out = BufWriter::new(io::stdout().lock());
+fn stat(
+    fs: &Fs,
+    paths: &[String],
+    follow: bool,
+    stdio: &mut Stdio<'_>,
+) -> anyhow::Result<ExitCode> {
+    let mut out = BufWriter::new(&mut *stdio.stdout);
     let mut first = true;
-    let code = each(paths, |path| {
+    let code = each(paths, stdio.stderr, |path| {
         let attr = if follow {
             fs.stat(path)
         } else {
@@ -778,9 +931,15 @@ fn stat(fs: &Fs, paths: &[String], follow: bool) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-fn grep(fs: &Fs, pattern: &str, path: &str, options: &GrepOptions) -> anyhow::Result<ExitCode> {
+fn grep(
+    fs: &Fs,
+    pattern: &str,
+    path: &str,
+    options: &GrepOptions,
+    stdout: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     let matches = fs.grep(pattern, path, options).map_err(vfs_err)?;
-    let mut out = BufWriter::new(io::stdout().lock());
+    let mut out = BufWriter::new(stdout);
     for m in &matches {
         writeln!(out, "{}:{}:{}", m.path, m.line_number, m.line).map_err(out_err)?;
     }
@@ -824,33 +983,47 @@ fn summary_line(verb: &str, s: &Summary, elapsed: Duration) -> String {
     line
 }
 
-fn import(fs: &Fs, host_dir: &Path, path: &str, progress: bool) -> anyhow::Result<ExitCode> {
+fn import(
+    fs: &Fs,
+    host_dir: &Path,
+    path: &str,
+    progress: bool,
+    stdout: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut bar = TransferProgress::new("import", progress);
     let result = transfer::import(fs, host_dir, path, &mut |p| bar.update(p));
     bar.finish();
     let summary = result.map_err(vfs_err)?;
-    println!("{}", summary_line("imported", &summary, start.elapsed()));
+    let line = summary_line("imported", &summary, start.elapsed());
+    writeln!(stdout, "{line}").map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn export(fs: &Fs, path: &str, host_dir: &Path, progress: bool) -> anyhow::Result<ExitCode> {
+fn export(
+    fs: &Fs,
+    path: &str,
+    host_dir: &Path,
+    progress: bool,
+    stdout: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut bar = TransferProgress::new("export", progress);
     let result = transfer::export(fs, path, host_dir, &mut |p| bar.update(p));
     bar.finish();
     let summary = result.map_err(vfs_err)?;
-    println!("{}", summary_line("exported", &summary, start.elapsed()));
+    let line = summary_line("exported", &summary, start.elapsed());
+    writeln!(stdout, "{line}").map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn check(ws: &Workspace, progress: bool) -> anyhow::Result<ExitCode> {
+fn check(ws: &Workspace, progress: bool, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut bar = CheckBar::new(progress);
     let result = ws.check_with_progress(&mut |p| bar.update(p.blocks_done, p.blocks_total));
     bar.finish();
     let report = result.map_err(vfs_err)?;
-    let mut out = BufWriter::new(io::stdout().lock());
+    let mut out = BufWriter::new(stdout);
     for problem in &report.problems {
         writeln!(out, "{problem}").map_err(out_err)?;
     }
@@ -886,7 +1059,7 @@ fn check(ws: &Workspace, progress: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn stats(ws: &Workspace, json: bool) -> anyhow::Result<ExitCode> {
+fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let s = ws.stats().map_err(vfs_err)?;
     let text = if json {
         format!(
@@ -925,9 +1098,8 @@ fn stats(ws: &Workspace, json: bool) -> anyhow::Result<ExitCode> {
             .map(|(key, value)| format!("{:<15} {value}\n", format!("{key}:")))
             .collect()
     };
-    let mut out = io::stdout().lock();
-    out.write_all(text.as_bytes()).map_err(out_err)?;
-    out.flush().map_err(out_err)?;
+    stdout.write_all(text.as_bytes()).map_err(out_err)?;
+    stdout.flush().map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
 

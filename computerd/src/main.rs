@@ -12,6 +12,8 @@ mod fs_progress;
 mod fs_walk;
 mod fuse;
 mod mount;
+mod remote;
+mod serve;
 
 /// Mount and manage `computer` workspaces.
 #[derive(Parser, Debug)]
@@ -35,6 +37,8 @@ enum Command {
     Fs(fs_cmd::FsArgs),
     /// Mount a workspace as a filesystem and serve it until unmounted or signalled.
     Mount(mount::MountArgs),
+    /// Serve a workspace to replicas and clients over the network until signalled.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Fs(args) => fs_cmd::run(args),
         Command::Mount(args) => mount::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,

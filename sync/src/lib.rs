@@ -15,6 +15,7 @@ pub mod authority;
 mod error;
 pub mod replica;
 pub mod retry;
+pub mod rpc;
 mod types;
 pub mod wire;
 
@@ -40,5 +41,6 @@ pub use authority::{Authority, PeerSession};
 pub use error::{Error, Result};
 pub use replica::{BatchLimits, Replica, SyncReport, Upstream, UPSTREAM};
 pub use retry::{Backoff, Next, RetryPolicy};
+pub use rpc::{Address, RemoteUpstream};
 pub use types::{ClientInfo, ServerInfo};
 pub use wire::{Frame, Wire, PROTOCOL_VERSION};

@@ -725,9 +725,78 @@ pub(crate) fn read_conflict(reader: conflict::Reader<'_>) -> Result<Conflict> {
 }
 
 /// The token of `Gate.hello` (compared by the caller, not checked here beyond its bound).
-#[allow(dead_code)] // For the RPC layer, which is next.
 pub(crate) fn read_token(reader: data::Reader<'_>) -> Result<Vec<u8>> {
     check_len("token", "bytes", reader.len(), TOKEN_BYTES_MAX)?;
+    Ok(reader.to_vec())
+}
+
+pub(crate) fn write_token(token: &[u8], set: impl FnOnce(&[u8])) -> Result<()> {
+    check_len("token", "bytes", token.len(), TOKEN_BYTES_MAX)?;
+    set(token);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The `fs` call: a command line, its stdin, and its outputs.
+
+/// Most arguments of one `fs` call.
+pub const FS_ARGS_MAX: usize = 4096;
+/// Most bytes of all the arguments of one `fs` call together (a command line; Linux's
+/// `ARG_MAX` is 2 MiB).
+pub const FS_ARGS_BYTES_MAX: usize = 1 << 20;
+/// Most bytes of an `fs` call's stdin, and of each of its stdout and stderr: both outputs
+/// together stay well within one message ([`MESSAGE_WORDS_MAX`]).
+pub const FS_STREAM_BYTES_MAX: usize = 24 << 20;
+
+const _: () = assert!(2 * FS_STREAM_BYTES_MAX + (1 << 20) <= MESSAGE_WORDS_MAX * 8);
+const _: () = assert!(FS_STREAM_BYTES_MAX + FS_ARGS_BYTES_MAX + (1 << 20) <= MESSAGE_WORDS_MAX * 8);
+
+pub(crate) fn write_fs_args<'a, A: AsRef<[u8]>>(
+    args: &[A],
+    init: impl FnOnce(u32) -> data_list::Builder<'a>,
+) -> Result<()> {
+    let len = list_len("fs arguments", "arguments", args.len(), FS_ARGS_MAX)?;
+    let total: usize = args.iter().map(|a| a.as_ref().len()).sum();
+    check_len("fs arguments", "bytes", total, FS_ARGS_BYTES_MAX)?;
+    let mut list = init(len);
+    for (i, arg) in (0..len).zip(args) {
+        list.set(i, arg.as_ref());
+    }
+    Ok(())
+}
+
+pub(crate) fn read_fs_args(list: data_list::Reader<'_>) -> Result<Vec<Vec<u8>>> {
+    check_len(
+        "fs arguments",
+        "arguments",
+        list.len() as usize,
+        FS_ARGS_MAX,
+    )?;
+    let mut args = Vec::with_capacity(preallocated(list.len()));
+    let mut total = 0usize;
+    for item in list.iter() {
+        let arg = item?;
+        total = total.saturating_add(arg.len());
+        check_len("fs arguments", "bytes", total, FS_ARGS_BYTES_MAX)?;
+        args.push(arg.to_vec());
+    }
+    Ok(args)
+}
+
+/// An `fs` call's stdin, stdout or stderr (`what`), checked against
+/// [`FS_STREAM_BYTES_MAX`] before `set` copies it into the message.
+pub(crate) fn write_fs_stream(
+    what: &'static str,
+    bytes: &[u8],
+    set: impl FnOnce(&[u8]),
+) -> Result<()> {
+    check_len(what, "bytes", bytes.len(), FS_STREAM_BYTES_MAX)?;
+    set(bytes);
+    Ok(())
+}
+
+pub(crate) fn read_fs_stream(what: &'static str, reader: data::Reader<'_>) -> Result<Vec<u8>> {
+    check_len(what, "bytes", reader.len(), FS_STREAM_BYTES_MAX)?;
     Ok(reader.to_vec())
 }
 

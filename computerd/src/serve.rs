@@ -1,0 +1,108 @@
+//! `computerd serve <DB> --listen <ADDR>`: serve an authoritative workspace to replicas
+//! (`computerd mount --remote`) and clients (`computerd fs --remote`) over Cap'n Proto
+//! RPC, until SIGINT or SIGTERM.
+//!
+//! Readiness: once the socket is bound, one line `listening on ADDR` goes to stdout (with
+//! the port the system chose for `tcp:HOST:0`), so a script or test can wait for it
+//! instead of sleeping.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use computer_sync::rpc::{self, Address, FsOutput, ServeOptions, ServerSocket};
+use computer_sync::Authority;
+use computer_vfs::{Options, Workspace};
+
+use crate::remote;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The authoritative workspace database (created if it does not exist).
+    pub db: PathBuf,
+    /// Where to listen: a Unix socket path, or tcp:HOST:PORT.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// The file holding the token clients must present (else $COMPUTERD_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Connections served at once; more are closed as they come.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub connections_max: usize,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let address = remote::address(&args.listen)?;
+    let token = remote::read_token(args.token_file.as_deref())?;
+    if args.connections_max == 0 {
+        anyhow::bail!("--connections-max must be at least 1");
+    }
+    let options = Options {
+        create: true,
+        ..Options::default()
+    };
+    let ws = Workspace::open(&args.db, options)
+        .with_context(|| format!("opening {}", args.db.display()))?;
+    let handler_ws = ws.clone();
+    let serve_options = ServeOptions {
+        fs_handler: Some(Arc::new(move |argv: Vec<Vec<u8>>, stdin: Vec<u8>| {
+            let run = crate::fs_cmd::run_for_remote(&handler_ws, &argv, &stdin);
+            FsOutput {
+                stdout: run.stdout,
+                stderr: run.stderr,
+                status: run.status,
+            }
+        })),
+        connections_max: args.connections_max,
+        ..ServeOptions::default()
+    };
+    let authority = Authority::new(ws.clone(), token);
+    rpc::run_local(async move {
+        let socket = ServerSocket::bind(&address)
+            .await
+            .with_context(|| format!("{address}: cannot listen"))?;
+        let bound = socket.local_address().unwrap_or(address.clone());
+        {
+            let mut stdout = std::io::stdout().lock();
+            writeln!(stdout, "listening on {bound}")?;
+            stdout.flush()?;
+        }
+        tracing::info!(db = %args.db.display(), %bound, "serving");
+        rpc::serve(socket, authority, serve_options, shutdown_signal()).await;
+        if let Address::Unix(path) = &bound {
+            let _ = std::fs::remove_file(path);
+        }
+        anyhow::Ok(())
+    })
+    .context("starting the server's event loop")??;
+    tracing::info!("stopped serving");
+    // The last handle: committing and checkpointing happen as it closes.
+    drop(ws);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves at the first SIGINT, SIGTERM or SIGHUP.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let kinds = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ];
+    let mut streams = Vec::new();
+    for kind in kinds {
+        match signal(kind) {
+            Ok(stream) => streams.push(stream),
+            Err(err) => tracing::warn!("cannot watch signal {kind:?}: {err}"),
+        }
+    }
+    if streams.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
+    futures::future::select_all(waits).await;
+    tracing::info!("signalled, stopping");
+}

@@ -1,0 +1,368 @@
+//! The connecting side: opens a connection, passes the gate, and makes the session's
+//! calls, each bounded in time, as an [`Upstream`].
+
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+use capnp_rpc::rpc_twoparty_capnp::Side;
+use capnp_rpc::twoparty::VatNetwork;
+use capnp_rpc::RpcSystem;
+use computer_vfs::{Applied, BlockHash, ChangeEntry, ChangePage, Cursor, Revision, StoredBlock};
+use tokio::sync::watch;
+use tokio::task::{spawn_local, JoinHandle};
+
+use super::server::FsOutput;
+use super::{call_error, tcp_stream, unix_stream, Address, Reader, Writer};
+use crate::sync_capnp::{gate, listener, session};
+use crate::{wire, ClientInfo, Error, Result, ServerInfo, Upstream, PROTOCOL_VERSION};
+
+/// How long a client waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// For the connection and the hello together.
+    pub connect_timeout: Duration,
+    /// For the answer to each call. A call that gets none in time fails
+    /// [`Error::Disconnected`] and ends the connection: a server that does not answer is
+    /// treated as gone.
+    pub call_timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> ConnectOptions {
+        ConnectOptions {
+            connect_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Connects to the server at `address` and passes its gate with `token`, as `client`,
+/// with the default [`ConnectOptions`]. See [`connect_with`].
+pub async fn connect(
+    address: &Address,
+    token: &[u8],
+    client: ClientInfo,
+) -> Result<(RemoteUpstream, ServerInfo)> {
+    connect_with(address, token, client, ConnectOptions::default()).await
+}
+
+/// Connects to the server at `address` and passes its gate with `token`, as `client`
+/// (a replica names its peer and replica id; a plain client leaves both empty).
+///
+/// Fails [`Error::Refused`] if the server turns the client away (wrong token, another
+/// protocol version: the message says which), [`Error::Disconnected`] if the server
+/// cannot be reached or does not answer within [`ConnectOptions::connect_timeout`].
+///
+/// # Panics
+///
+/// Outside a tokio [`LocalSet`](tokio::task::LocalSet) (see [`super::run_local`]): the
+/// connection runs as a local task.
+pub async fn connect_with(
+    address: &Address,
+    token: &[u8],
+    client: ClientInfo,
+    options: ConnectOptions,
+) -> Result<(RemoteUpstream, ServerInfo)> {
+    let peer = address.to_string();
+    match tokio::time::timeout(
+        options.connect_timeout,
+        open_session(address, token, client, options),
+    )
+    .await
+    {
+        Ok(opened) => opened,
+        Err(_) => Err(Error::disconnected(
+            peer,
+            format!("no session opened within {:?}", options.connect_timeout),
+        )),
+    }
+}
+
+async fn open_stream(address: &Address) -> std::io::Result<(Reader, Writer)> {
+    match address {
+        Address::Unix(path) => Ok(unix_stream(tokio::net::UnixStream::connect(path).await?)),
+        Address::Tcp(host_port) => {
+            tcp_stream(tokio::net::TcpStream::connect(host_port.as_str()).await?)
+        }
+    }
+}
+
+async fn open_session(
+    address: &Address,
+    token: &[u8],
+    client: ClientInfo,
+    options: ConnectOptions,
+) -> Result<(RemoteUpstream, ServerInfo)> {
+    let peer = address.to_string();
+    let (reader, writer) = open_stream(address)
+        .await
+        .map_err(|error| Error::disconnected(&peer, error))?;
+    let network = VatNetwork::new(reader, writer, Side::Client, wire::reader_options());
+    let mut rpc = RpcSystem::new(Box::new(network), None);
+    let gate: gate::Client = rpc.bootstrap(Side::Server);
+    let (lost, _) = watch::channel(None);
+    let task = spawn_local({
+        let lost = lost.clone();
+        async move {
+            let reason = match rpc.await {
+                Ok(()) => "the connection was closed".to_owned(),
+                Err(error) => error.to_string(),
+            };
+            lost.send_replace(Some(reason));
+        }
+    });
+    // From here on, returning drops the link, which closes the connection.
+    let link = Rc::new(Link {
+        peer,
+        call_timeout: options.call_timeout,
+        lost,
+        task,
+        client,
+    });
+    let mut hello = gate.hello_request();
+    {
+        let mut params = hello.get();
+        params.set_version(PROTOCOL_VERSION);
+        wire::write_token(token, |token| params.set_token(token))?;
+        wire::write_client_info(&link.client, params.init_client())?;
+    }
+    let response = link.answer(hello.send().promise).await?;
+    let results = response.get()?;
+    let info = wire::read_server_info(results.get_server()?)?;
+    if info.version != PROTOCOL_VERSION {
+        return Err(Error::Refused(format!(
+            "the server speaks protocol version {}, this client version {PROTOCOL_VERSION}",
+            info.version
+        )));
+    }
+    let session = results.get_session()?;
+    let upstream = RemoteUpstream {
+        session,
+        link,
+        revision: info.revision,
+    };
+    Ok((upstream, info))
+}
+
+/// One connection: its task, and why it ended once it has.
+struct Link {
+    /// The server's address, as errors name it.
+    peer: String,
+    call_timeout: Duration,
+    /// Why the connection ended, once it has.
+    lost: watch::Sender<Option<String>>,
+    task: JoinHandle<()>,
+    /// Who the hello said we are (an [`Error::Replaced`] names it).
+    client: ClientInfo,
+}
+
+impl Link {
+    fn lost_reason(&self) -> Option<String> {
+        self.lost.borrow().clone()
+    }
+
+    /// Ends the connection for `reason` (kept if it ended already for another).
+    fn lose(&self, reason: &str) {
+        self.lost.send_if_modified(|lost| {
+            if lost.is_some() {
+                return false;
+            }
+            *lost = Some(reason.to_owned());
+            true
+        });
+        self.task.abort();
+    }
+
+    /// Waits for a call's answer: within the call timeout, and no longer than the
+    /// connection lives.
+    async fn answer<T>(&self, call: impl Future<Output = capnp::Result<T>>) -> Result<T> {
+        if let Some(reason) = self.lost_reason() {
+            return Err(Error::disconnected(&self.peer, reason));
+        }
+        let mut lost = self.lost.subscribe();
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(self.call_timeout, call) => answered,
+            _ = lost.wait_for(Option::is_some) => {
+                let reason = self.lost_reason().unwrap_or_default();
+                return Err(Error::disconnected(&self.peer, reason));
+            }
+        };
+        match answered {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => {
+                let error = call_error(error, &self.peer, &self.client);
+                if let Error::Disconnected { reason, .. } = &error {
+                    self.lose(reason);
+                }
+                Err(error)
+            }
+            Err(_) => {
+                let reason = format!("no answer within {:?}", self.call_timeout);
+                self.lose(&reason);
+                Err(Error::disconnected(&self.peer, reason))
+            }
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Closes the socket: the server forgets the session and its listeners.
+        self.task.abort();
+    }
+}
+
+/// A session on a server, over one connection: what a [`crate::Replica`] syncs against,
+/// and what a client runs file commands through. Clones share the connection, which
+/// closes when the last clone is dropped.
+///
+/// Every call fails [`Error::Disconnected`] once the connection is lost (or a call got
+/// no answer within [`ConnectOptions::call_timeout`]); connect again to go on. Must be
+/// used inside the [`LocalSet`](tokio::task::LocalSet) it was connected in.
+#[derive(Clone)]
+pub struct RemoteUpstream {
+    session: session::Client,
+    link: Rc<Link>,
+    /// The server's revision at the hello: where a watch starts.
+    revision: Revision,
+}
+
+impl RemoteUpstream {
+    /// The server's address.
+    pub fn peer(&self) -> &str {
+        &self.link.peer
+    }
+
+    /// Asks the server to tell this client whenever its revision moves. The receiver
+    /// starts at the revision of the hello and sees the server's revision soon after
+    /// every change (changes close together may be seen once, as the last); it closes
+    /// when the connection is lost or closed.
+    pub async fn watch(&self) -> Result<watch::Receiver<Revision>> {
+        let (sender, receiver) = watch::channel(self.revision);
+        let listener: listener::Client = capnp_rpc::new_client(RevisionListener { sender });
+        let mut request = self.session.watch_request();
+        request.get().set_listener(listener);
+        self.link.answer(request.send().promise).await?;
+        Ok(receiver)
+    }
+
+    /// Runs a `computerd fs` command line (`args` as after `fs` on the command line)
+    /// with `stdin` on the server's workspace.
+    pub async fn fs<A: AsRef<[u8]>>(&self, args: &[A], stdin: &[u8]) -> Result<FsOutput> {
+        let mut request = self.session.fs_request();
+        {
+            let mut params = request.get();
+            wire::write_fs_stream("fs stdin", stdin, |bytes| params.set_stdin(bytes))?;
+            wire::write_fs_args(args, |len| params.init_args(len))?;
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        let results = response.get()?;
+        Ok(FsOutput {
+            stdout: wire::read_fs_stream("fs stdout", results.get_stdout()?)?,
+            stderr: wire::read_fs_stream("fs stderr", results.get_stderr()?)?,
+            status: results.get_status(),
+        })
+    }
+}
+
+impl Upstream for RemoteUpstream {
+    async fn changes(
+        &self,
+        after: &Cursor,
+        max_entries: u32,
+        max_bytes: u64,
+    ) -> Result<ChangePage> {
+        let mut request = self.session.changes_request();
+        {
+            let mut params = request.get();
+            wire::write_cursor(after, params.reborrow().init_after())?;
+            params.set_max_entries(max_entries);
+            params.set_max_bytes(max_bytes);
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_page(response.get()?.get_page()?)
+    }
+
+    async fn have_blocks(&self, hashes: &[BlockHash]) -> Result<Vec<bool>> {
+        let mut request = self.session.have_blocks_request();
+        let params = request.get();
+        wire::write_hashes(hashes, |len| params.init_hashes(len))?;
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_bools(response.get()?.get_have()?)
+    }
+
+    async fn get_blocks(&self, hashes: &[BlockHash]) -> Result<Vec<StoredBlock>> {
+        let mut request = self.session.get_blocks_request();
+        let params = request.get();
+        wire::write_hashes(hashes, |len| params.init_hashes(len))?;
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_blocks(response.get()?.get_blocks()?)
+    }
+
+    async fn put_blocks(&self, blocks: &[StoredBlock]) -> Result<usize> {
+        let mut request = self.session.put_blocks_request();
+        let params = request.get();
+        wire::write_blocks(blocks, |len| params.init_blocks(len))?;
+        let response = self.link.answer(request.send().promise).await?;
+        Ok(response.get()?.get_added() as usize)
+    }
+
+    /// The server's record of the push: the protocol carries `through` and `conflicts`;
+    /// the other fields of [`Applied`] (what the push did on the server) stay empty.
+    async fn push(
+        &self,
+        entries: &[ChangeEntry],
+        blocks: &[StoredBlock],
+        through: &Cursor,
+    ) -> Result<Applied> {
+        let mut request = self.session.push_request();
+        {
+            let mut params = request.get();
+            wire::write_entries(entries, |len| params.reborrow().init_entries(len))?;
+            wire::write_blocks(blocks, |len| params.reborrow().init_blocks(len))?;
+            wire::write_cursor(through, params.init_through())?;
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        let results = response.get()?;
+        Ok(Applied {
+            through: wire::read_cursor(results.get_applied()?)?,
+            conflicts: wire::read_conflicts(results.get_conflicts()?)?,
+            ..Applied::default()
+        })
+    }
+
+    async fn ack(&self, cursor: &Cursor) -> Result<Cursor> {
+        let mut request = self.session.ack_request();
+        wire::write_cursor(cursor, request.get().init_cursor())?;
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_cursor(response.get()?.get_acked()?)
+    }
+}
+
+/// The client's `Listener`: passes the server's revisions to the watch receivers.
+struct RevisionListener {
+    sender: watch::Sender<Revision>,
+}
+
+impl listener::Server for RevisionListener {
+    async fn changed(
+        self: Rc<Self>,
+        params: listener::ChangedParams,
+        _results: listener::ChangedResults,
+    ) -> capnp::Result<()> {
+        if self.sender.is_closed() {
+            // Failing tells the server to stop calling.
+            return Err(capnp::Error::failed("no one watches any more".into()));
+        }
+        let revision = Revision(params.get()?.get_revision());
+        self.sender.send_if_modified(|seen| {
+            let newer = revision > *seen;
+            if newer {
+                *seen = revision;
+            }
+            newer
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,692 @@
+//! The serving side: accepts connections, gives each a `Gate`, opens a `Session` for a
+//! client that passes it, runs each call's work on the blocking pool, and tells
+//! listeners when the workspace's revision moves.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capnp_rpc::rpc_twoparty_capnp::Side;
+use capnp_rpc::twoparty::VatNetwork;
+use capnp_rpc::RpcSystem;
+use computer_vfs::Revision;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Notify;
+use tokio::task::{spawn_local, JoinHandle, LocalSet};
+
+use super::{exception, tcp_stream, unix_stream, Address, Reader, Writer};
+use crate::sync_capnp::{gate, listener, session};
+use crate::{wire, Authority, Error, PeerSession, Result};
+
+/// What a file command run by an `fs` call printed, and its exit status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub status: i32,
+}
+
+/// Runs a `computerd fs` command line (arguments after `fs`, as the command line has
+/// them) with `stdin` against the served workspace. Called on the blocking pool.
+pub type FsHandler = Arc<dyn Fn(Vec<Vec<u8>>, Vec<u8>) -> FsOutput + Send + Sync>;
+
+/// How a server behaves and what it bounds.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// Runs the `fs` calls; without one they fail with "this server runs no file
+    /// commands".
+    pub fs_handler: Option<FsHandler>,
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub connections_max: usize,
+    /// Calls one connection may have in flight; one more fails at once (transiently).
+    pub calls_per_connection_max: usize,
+    /// Listeners (`Session.watch`) one connection may register.
+    pub listeners_per_connection_max: usize,
+    /// A connection that opens no session within this is closed.
+    pub hello_timeout: Duration,
+    /// How often the workspace's revision is read for listeners.
+    pub watch_interval: Duration,
+    /// A listener that does not answer `changed` within this is dropped.
+    pub listener_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            fs_handler: None,
+            connections_max: 64,
+            calls_per_connection_max: 4,
+            listeners_per_connection_max: 16,
+            hello_timeout: Duration::from_secs(10),
+            watch_interval: Duration::from_millis(50),
+            listener_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A bound socket to [`serve`] on.
+#[derive(Debug)]
+pub enum ServerSocket {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+impl ServerSocket {
+    /// Binds `address`. A Unix socket file left by a server that is gone (connecting to
+    /// it is refused) is replaced; a live server's socket, or any other file, is not.
+    pub async fn bind(address: &Address) -> io::Result<ServerSocket> {
+        match address {
+            Address::Unix(path) => bind_unix(path).map(ServerSocket::Unix),
+            Address::Tcp(host_port) => TcpListener::bind(host_port.as_str())
+                .await
+                .map(ServerSocket::Tcp),
+        }
+    }
+
+    /// Where the socket listens (for TCP, with the port the system chose for port 0).
+    pub fn local_address(&self) -> io::Result<Address> {
+        match self {
+            ServerSocket::Unix(listener) => {
+                let address = listener.local_addr()?;
+                let path = address.as_pathname().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::Unsupported, "the socket has no path")
+                })?;
+                Ok(Address::Unix(path.to_owned()))
+            }
+            ServerSocket::Tcp(listener) => Ok(Address::Tcp(listener.local_addr()?.to_string())),
+        }
+    }
+
+    async fn accept(&self) -> io::Result<(Reader, Writer)> {
+        match self {
+            ServerSocket::Unix(listener) => Ok(unix_stream(listener.accept().await?.0)),
+            ServerSocket::Tcp(listener) => tcp_stream(listener.accept().await?.0),
+        }
+    }
+}
+
+fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+
+    let in_use = match UnixListener::bind(path) {
+        Err(error) if error.kind() == io::ErrorKind::AddrInUse => error,
+        other => return other,
+    };
+    let is_socket = std::fs::symlink_metadata(path)?.file_type().is_socket();
+    let refused = matches!(
+        std::os::unix::net::UnixStream::connect(path),
+        Err(error) if error.kind() == io::ErrorKind::ConnectionRefused
+    );
+    if !(is_socket && refused) {
+        return Err(in_use);
+    }
+    std::fs::remove_file(path)?;
+    UnixListener::bind(path)
+}
+
+/// Serves `authority` on `socket` until `shutdown` resolves, then closes every
+/// connection (calls in flight are cut; their work on the store finishes or rolls back
+/// on its own). Runs its own [`LocalSet`], so it can be awaited on any tokio runtime with
+/// time and IO enabled, but its future is `!Send`: await it, or `spawn_local` it.
+///
+/// Errors of one connection end that connection, and are logged; failures to accept
+/// (out of file descriptors) are logged and retried after a pause.
+pub async fn serve(
+    socket: ServerSocket,
+    authority: Authority,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) {
+    LocalSet::new()
+        .run_until(serve_here(socket, authority, options, shutdown))
+        .await
+}
+
+/// Pause after a failed accept, so a server out of file descriptors does not spin.
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+async fn serve_here(
+    socket: ServerSocket,
+    authority: Authority,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) {
+    let server = Rc::new(Server {
+        authority,
+        options,
+        connections: Cell::new(0),
+        watchers: RefCell::new(Watchers::default()),
+    });
+    let _watch = AbortOnDrop(spawn_local(watch_revisions(server.clone())));
+    let mut shutdown = pin!(shutdown);
+    let mut next_connection = 0u64;
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = socket.accept() => accepted,
+        };
+        let (reader, writer) = match accepted {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!("failed to accept a connection: {error}");
+                tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
+                continue;
+            }
+        };
+        let open = server.connections.get();
+        if open >= server.options.connections_max {
+            tracing::warn!("closed a new connection: {open} are open, the most allowed");
+            continue;
+        }
+        next_connection += 1;
+        let guard = ConnectionGuard::new(server.clone(), next_connection);
+        spawn_local(run_connection(guard, reader, writer));
+    }
+}
+
+/// What every connection of one server shares (on the server's one thread).
+struct Server {
+    authority: Authority,
+    options: ServeOptions,
+    connections: Cell<usize>,
+    watchers: RefCell<Watchers>,
+}
+
+/// One connection's state, shared by its gate and its sessions.
+struct Connection {
+    id: u64,
+    calls: Cell<usize>,
+    hello: Cell<Hello>,
+    /// Fired when a hello opens a session: the connection may then stay.
+    opened: Notify,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Hello {
+    Waiting,
+    Opened,
+    Refused,
+}
+
+/// Counts a connection as open while it lives, and forgets its listeners when it ends,
+/// however it ends (closed, failed, or dropped with the server).
+struct ConnectionGuard {
+    server: Rc<Server>,
+    id: u64,
+}
+
+impl ConnectionGuard {
+    fn new(server: Rc<Server>, id: u64) -> ConnectionGuard {
+        server.connections.set(server.connections.get() + 1);
+        ConnectionGuard { server, id }
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let server = &self.server;
+        server
+            .connections
+            .set(server.connections.get().saturating_sub(1));
+        if let Ok(mut watchers) = server.watchers.try_borrow_mut() {
+            watchers.forget_connection(self.id);
+        }
+    }
+}
+
+async fn run_connection(guard: ConnectionGuard, reader: Reader, writer: Writer) {
+    let server = guard.server.clone();
+    let connection = Rc::new(Connection {
+        id: guard.id,
+        calls: Cell::new(0),
+        hello: Cell::new(Hello::Waiting),
+        opened: Notify::new(),
+    });
+    let gate: gate::Client = capnp_rpc::new_client(GateServer {
+        server: server.clone(),
+        connection: connection.clone(),
+    });
+    let network = VatNetwork::new(reader, writer, Side::Server, wire::reader_options());
+    let mut rpc = pin!(RpcSystem::new(Box::new(network), Some(gate.client)));
+    let opened = tokio::time::timeout(server.options.hello_timeout, connection.opened.notified());
+    let ended = tokio::select! {
+        ended = &mut rpc => ended,
+        opened = opened => match opened {
+            Ok(()) => rpc.await,
+            Err(_) => {
+                tracing::debug!(connection = guard.id, "closed a connection that opened no session in time");
+                return;
+            }
+        },
+    };
+    match ended {
+        Ok(()) => tracing::debug!(connection = guard.id, "connection closed"),
+        // A peer's garbage or a broken socket: it ends this connection only.
+        Err(error) => tracing::info!(connection = guard.id, "connection ended: {error}"),
+    }
+}
+
+/// Counts a call in flight on its connection while it lives.
+struct CallSlot<'a>(&'a Connection);
+
+impl Connection {
+    fn begin_call(&self, options: &ServeOptions) -> capnp::Result<CallSlot<'_>> {
+        let calls = self.calls.get();
+        if calls >= options.calls_per_connection_max {
+            return Err(exception(&Error::Remote(format!(
+                "{calls} calls are in flight on this connection, the most allowed: wait for \
+                 their answers"
+            ))));
+        }
+        self.calls.set(calls + 1);
+        Ok(CallSlot(self))
+    }
+}
+
+impl Drop for CallSlot<'_> {
+    fn drop(&mut self) {
+        self.0.calls.set(self.0.calls.get().saturating_sub(1));
+    }
+}
+
+/// Decodes a call's parameters: a violation is the client's, and is answered as such.
+fn decode<T>(read: impl FnOnce() -> Result<T>) -> capnp::Result<T> {
+    read().map_err(|error| exception(&error))
+}
+
+/// Encodes a call's results: a violation is this server's.
+fn encode(write: impl FnOnce() -> Result<()>) -> capnp::Result<()> {
+    write().map_err(|error| {
+        tracing::error!("failed to encode an answer: {error}");
+        exception(&Error::Remote(format!(
+            "the server could not encode its answer: {error}"
+        )))
+    })
+}
+
+/// Runs `work` (a store call) on the blocking pool, off the event loop.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            tracing::error!("failed to finish a call: its worker failed: {error}");
+            Err(Error::Remote("the server's worker failed".into()))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Gate.
+
+struct GateServer {
+    server: Rc<Server>,
+    connection: Rc<Connection>,
+}
+
+impl gate::Server for GateServer {
+    async fn hello(
+        self: Rc<Self>,
+        params: gate::HelloParams,
+        mut results: gate::HelloResults,
+    ) -> capnp::Result<()> {
+        let connection = &self.connection;
+        let _slot = connection.begin_call(&self.server.options)?;
+        if connection.hello.get() == Hello::Refused {
+            return Err(exception(&Error::Refused(
+                "a hello on this connection was refused already: connect again".into(),
+            )));
+        }
+        let (version, token, client) = decode(|| {
+            let params = params.get()?;
+            Ok((
+                params.get_version(),
+                wire::read_token(params.get_token()?)?,
+                wire::read_client_info(params.get_client()?)?,
+            ))
+        })?;
+        drop(params);
+        let authority = self.server.authority.clone();
+        let peer = client.peer.clone();
+        let opened = blocking(move || authority.hello(version, &token, &client)).await;
+        let (session, info) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                if matches!(error, Error::Refused(_)) {
+                    tracing::warn!(
+                        connection = connection.id,
+                        peer,
+                        "refused a client: {error}"
+                    );
+                    connection.hello.set(Hello::Refused);
+                }
+                return Err(exception(&error));
+            }
+        };
+        // The session exists only now, past the version and token checks.
+        let session: session::Client = capnp_rpc::new_client(SessionServer {
+            server: self.server.clone(),
+            connection: connection.clone(),
+            session,
+        });
+        let mut out = results.get();
+        encode(|| wire::write_server_info(&info, out.reborrow().init_server()))?;
+        out.set_session(session);
+        if connection.hello.get() == Hello::Waiting {
+            connection.hello.set(Hello::Opened);
+            connection.opened.notify_one();
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Session.
+
+struct SessionServer {
+    server: Rc<Server>,
+    connection: Rc<Connection>,
+    session: PeerSession,
+}
+
+impl SessionServer {
+    fn begin_call(&self) -> capnp::Result<CallSlot<'_>> {
+        self.connection.begin_call(&self.server.options)
+    }
+}
+
+impl session::Server for SessionServer {
+    async fn changes(
+        self: Rc<Self>,
+        params: session::ChangesParams,
+        mut results: session::ChangesResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let (after, max_entries, max_bytes) = decode(|| {
+            let params = params.get()?;
+            Ok((
+                wire::read_cursor(params.get_after()?)?,
+                params.get_max_entries(),
+                params.get_max_bytes(),
+            ))
+        })?;
+        drop(params);
+        let session = self.session.clone();
+        let page = blocking(move || session.changes(&after, max_entries, max_bytes))
+            .await
+            .map_err(|error| exception(&error))?;
+        encode(|| wire::write_page(&page, results.get().init_page()))
+    }
+
+    async fn have_blocks(
+        self: Rc<Self>,
+        params: session::HaveBlocksParams,
+        mut results: session::HaveBlocksResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let hashes = decode(|| wire::read_hashes(params.get()?.get_hashes()?))?;
+        drop(params);
+        let session = self.session.clone();
+        let have = blocking(move || session.have_blocks(&hashes))
+            .await
+            .map_err(|error| exception(&error))?;
+        let out = results.get();
+        encode(|| wire::write_bools(&have, |len| out.init_have(len)))
+    }
+
+    async fn get_blocks(
+        self: Rc<Self>,
+        params: session::GetBlocksParams,
+        mut results: session::GetBlocksResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let hashes = decode(|| wire::read_hashes(params.get()?.get_hashes()?))?;
+        drop(params);
+        let session = self.session.clone();
+        let blocks = blocking(move || session.get_blocks(&hashes))
+            .await
+            .map_err(|error| exception(&error))?;
+        let out = results.get();
+        encode(|| wire::write_blocks(&blocks, |len| out.init_blocks(len)))
+    }
+
+    async fn push(
+        self: Rc<Self>,
+        params: session::PushParams,
+        mut results: session::PushResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let (entries, blocks, through) = decode(|| {
+            let params = params.get()?;
+            Ok((
+                wire::read_entries(params.get_entries()?)?,
+                wire::read_blocks(params.get_blocks()?)?,
+                wire::read_cursor(params.get_through()?)?,
+            ))
+        })?;
+        drop(params);
+        let session = self.session.clone();
+        let applied = blocking(move || session.push(&entries, &blocks, &through))
+            .await
+            .map_err(|error| exception(&error))?;
+        let mut out = results.get();
+        encode(|| {
+            wire::write_cursor(&applied.through, out.reborrow().init_applied())?;
+            wire::write_conflicts(&applied.conflicts, |len| out.init_conflicts(len))
+        })
+    }
+
+    async fn ack(
+        self: Rc<Self>,
+        params: session::AckParams,
+        mut results: session::AckResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let cursor = decode(|| wire::read_cursor(params.get()?.get_cursor()?))?;
+        drop(params);
+        let session = self.session.clone();
+        let acked = blocking(move || session.ack(&cursor))
+            .await
+            .map_err(|error| exception(&error))?;
+        encode(|| wire::write_cursor(&acked, results.get().init_acked()))
+    }
+
+    async fn watch(
+        self: Rc<Self>,
+        params: session::WatchParams,
+        _results: session::WatchResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let listener = decode(|| Ok(params.get()?.get_listener()?))?;
+        let max = self.server.options.listeners_per_connection_max;
+        let added = self
+            .server
+            .watchers
+            .borrow_mut()
+            .add(self.connection.id, listener, max);
+        added.map_err(|error| exception(&error))
+    }
+
+    async fn put_blocks(
+        self: Rc<Self>,
+        params: session::PutBlocksParams,
+        mut results: session::PutBlocksResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let blocks = decode(|| wire::read_blocks(params.get()?.get_blocks()?))?;
+        drop(params);
+        let session = self.session.clone();
+        let added = blocking(move || session.put_blocks(&blocks))
+            .await
+            .map_err(|error| exception(&error))?;
+        // At most BLOCKS_PER_CALL_MAX.
+        results
+            .get()
+            .set_added(u32::try_from(added).unwrap_or(u32::MAX));
+        Ok(())
+    }
+
+    async fn fs(
+        self: Rc<Self>,
+        params: session::FsParams,
+        mut results: session::FsResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let Some(handler) = self.server.options.fs_handler.clone() else {
+            return Err(exception(&Error::Refused(
+                "this server runs no file commands".into(),
+            )));
+        };
+        let (args, stdin) = decode(|| {
+            let params = params.get()?;
+            Ok((
+                wire::read_fs_args(params.get_args()?)?,
+                wire::read_fs_stream("fs stdin", params.get_stdin()?)?,
+            ))
+        })?;
+        drop(params);
+        let output = blocking(move || Ok(handler(args, stdin)))
+            .await
+            .map_err(|error| exception(&error))?;
+        let mut out = results.get();
+        // An output too large for the answer is the command's doing, not a bug here:
+        // answered as a rule broken, like a request too large.
+        wire::write_fs_stream("fs stdout", &output.stdout, |bytes| out.set_stdout(bytes))
+            .and_then(|()| {
+                wire::write_fs_stream("fs stderr", &output.stderr, |bytes| out.set_stderr(bytes))
+            })
+            .map_err(|error| exception(&error))?;
+        out.set_status(output.status);
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Listeners.
+
+/// The listeners of every connection, and what each was last told.
+#[derive(Default)]
+struct Watchers {
+    next_key: u64,
+    by_key: HashMap<u64, Watcher>,
+}
+
+struct Watcher {
+    connection: u64,
+    listener: listener::Client,
+    /// The last revision the listener acknowledged.
+    told: Revision,
+    /// A `changed` call is on its way: the next waits for its answer (coalescing).
+    in_flight: bool,
+}
+
+impl Watchers {
+    fn add(&mut self, connection: u64, listener: listener::Client, max: usize) -> Result<()> {
+        let count = self
+            .by_key
+            .values()
+            .filter(|w| w.connection == connection)
+            .count();
+        if count >= max {
+            return Err(Error::TooLarge {
+                what: "listeners of a connection",
+                unit: "listeners",
+                len: count as u64 + 1,
+                max: max as u64,
+            });
+        }
+        self.next_key += 1;
+        self.by_key.insert(
+            self.next_key,
+            Watcher {
+                connection,
+                listener,
+                // Told nothing yet: the next poll tells the current revision.
+                told: Revision(0),
+                in_flight: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// The listeners to tell about `revision` now, marked as being told.
+    fn due(&mut self, revision: Revision) -> Vec<(u64, listener::Client)> {
+        let mut due = Vec::new();
+        for (key, watcher) in &mut self.by_key {
+            if !watcher.in_flight && watcher.told < revision {
+                watcher.in_flight = true;
+                due.push((*key, watcher.listener.clone()));
+            }
+        }
+        due
+    }
+
+    fn told(&mut self, key: u64, revision: Revision) {
+        if let Some(watcher) = self.by_key.get_mut(&key) {
+            watcher.in_flight = false;
+            watcher.told = revision;
+        }
+    }
+
+    fn forget(&mut self, key: u64) {
+        self.by_key.remove(&key);
+    }
+
+    fn forget_connection(&mut self, connection: u64) {
+        self.by_key.retain(|_, w| w.connection != connection);
+    }
+}
+
+/// Reads the revision every `watch_interval` while anyone listens, and tells each
+/// listener behind it.
+async fn watch_revisions(server: Rc<Server>) {
+    let mut ticks = tokio::time::interval(server.options.watch_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if server.watchers.borrow().by_key.is_empty() {
+            continue;
+        }
+        let workspace = server.authority.workspace().clone();
+        let revision = match blocking(move || Ok(workspace.revision()?)).await {
+            Ok(revision) => revision,
+            Err(error) => {
+                tracing::warn!("failed to read the revision for listeners: {error}");
+                continue;
+            }
+        };
+        let due = server.watchers.borrow_mut().due(revision);
+        for (key, listener) in due {
+            spawn_local(tell(server.clone(), key, listener, revision));
+        }
+    }
+}
+
+async fn tell(server: Rc<Server>, key: u64, listener: listener::Client, revision: Revision) {
+    let mut request = listener.changed_request();
+    request.get().set_revision(revision.0);
+    let answer =
+        tokio::time::timeout(server.options.listener_timeout, request.send().promise).await;
+    let mut watchers = server.watchers.borrow_mut();
+    match answer {
+        Ok(Ok(_)) => watchers.told(key, revision),
+        // Gone, failing, or too slow: it listens no more.
+        Ok(Err(_)) | Err(_) => watchers.forget(key),
+    }
+}
+
+/// Aborts a task when dropped (the server's poller, when the server stops).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

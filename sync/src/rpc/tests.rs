@@ -1,0 +1,286 @@
+//! The transport over real sockets: a server on a Unix socket (or TCP on loopback) and
+//! clients in the same process, each side on its own thread and event loop.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use computer_vfs::{Options, Workspace};
+use tokio::sync::oneshot;
+
+use super::*;
+use crate::rpc::server::{FsOutput, ServeOptions, ServerSocket};
+use crate::{wire, Authority, BatchLimits, Replica, Upstream, PROTOCOL_VERSION};
+
+const TOKEN: &[u8] = b"rpc-test-token";
+
+/// A server on its own thread, stopped (and joined) when dropped.
+struct TestServer {
+    address: Address,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    workspace: Workspace,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    fn start(options: ServeOptions) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::open(dir.path().join("server.db"), Options::default()).unwrap();
+        let address = Address::Unix(dir.path().join("sock"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (bound, is_bound) = std::sync::mpsc::channel();
+        let authority = Authority::new(workspace.clone(), TOKEN.to_vec());
+        let listen = address.clone();
+        let thread = std::thread::spawn(move || {
+            run_local(async move {
+                let socket = ServerSocket::bind(&listen).await.unwrap();
+                bound.send(()).unwrap();
+                serve(socket, authority, options, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            })
+            .unwrap();
+        });
+        is_bound.recv().unwrap();
+        TestServer {
+            address,
+            stop: Some(stop),
+            thread: Some(thread),
+            workspace,
+            _dir: dir,
+        }
+    }
+
+    fn socket_path(&self) -> PathBuf {
+        match &self.address {
+            Address::Unix(path) => path.clone(),
+            Address::Tcp(_) => unreachable!(),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn plain() -> ClientInfo {
+    ClientInfo::default()
+}
+
+#[test]
+fn addresses_parse_and_print_back() {
+    for text in [
+        "/run/computer.sock",
+        "tcp:127.0.0.1:7000",
+        "tcp:[::1]:0",
+        "tcp:host:65535",
+    ] {
+        assert_eq!(text.parse::<Address>().unwrap().to_string(), text);
+    }
+    for bad in ["", "tcp:", "tcp:host", "tcp::80", "tcp:host:99999", "a\0b"] {
+        assert!(bad.parse::<Address>().is_err(), "{bad:?} parsed");
+    }
+    assert!("/x".repeat(60).parse::<Address>().is_err());
+}
+
+#[test]
+fn a_replica_syncs_both_ways_over_a_socket() {
+    let server = TestServer::start(ServeOptions::default());
+    let fs = server.workspace.fs();
+    fs.write_file("/from-server.txt", b"hello").unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fs.write_file("/big.bin", &big).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let local = Workspace::open(dir.path().join("replica.db"), Options::default()).unwrap();
+    let client = ClientInfo {
+        replica_id: local.id().to_owned(),
+        peer: "test-replica".into(),
+    };
+    run_local(async {
+        let (upstream, info) = connect(&server.address, TOKEN, client).await.unwrap();
+        assert_eq!(info.workspace_id, server.workspace.id());
+        let replica = Replica::attach(local.clone(), &info, BatchLimits::default()).unwrap();
+        let report = replica.sync(&upstream).await.unwrap();
+        assert_eq!(report.pulled, 3, "{report:?}"); // the root, two files
+        assert!(report.bytes_in > 0);
+        assert_eq!(local.fs().read_file("/big.bin").unwrap(), big);
+
+        local.fs().write_file("/from-replica.txt", b"back").unwrap();
+        let report = replica.sync(&upstream).await.unwrap();
+        assert!(report.pushed >= 1, "{report:?}");
+    })
+    .unwrap();
+    assert_eq!(
+        server
+            .workspace
+            .fs()
+            .read_file("/from-replica.txt")
+            .unwrap(),
+        b"back"
+    );
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_the_connection_gets_no_second_guess() {
+    let server = TestServer::start(ServeOptions::default());
+    run_local(async {
+        let refused = connect(&server.address, b"guess", plain()).await;
+        let Err(Error::Refused(why)) = refused else {
+            panic!("a wrong token was let in");
+        };
+        assert!(why.contains("token"), "{why}");
+        let empty = connect(&server.address, b"", plain()).await;
+        assert!(matches!(empty, Err(Error::Refused(_))));
+        // The right token on a new connection works.
+        connect(&server.address, TOKEN, plain()).await.unwrap();
+    })
+    .unwrap();
+    assert!(server.workspace.peer("anyone").unwrap().is_none());
+}
+
+#[test]
+fn another_protocol_version_is_refused_with_a_clear_message() {
+    use crate::sync_capnp::gate;
+    let server = TestServer::start(ServeOptions::default());
+    let address = server.address.clone();
+    run_local(async move {
+        let stream = tokio::net::UnixStream::connect(server.socket_path())
+            .await
+            .unwrap();
+        let (reader, writer) = unix_stream(stream);
+        let network = capnp_rpc::twoparty::VatNetwork::new(
+            reader,
+            writer,
+            capnp_rpc::rpc_twoparty_capnp::Side::Client,
+            wire::reader_options(),
+        );
+        let mut rpc = capnp_rpc::RpcSystem::new(Box::new(network), None);
+        let gate: gate::Client = rpc.bootstrap(capnp_rpc::rpc_twoparty_capnp::Side::Server);
+        tokio::task::spawn_local(rpc);
+        let mut hello = gate.hello_request();
+        hello.get().set_version(PROTOCOL_VERSION + 1);
+        hello.get().set_token(TOKEN);
+        let error = match hello.send().promise.await {
+            Ok(_) => panic!("a client of another version was let in"),
+            Err(error) => call_error(error, &address.to_string(), &plain()),
+        };
+        let Error::Refused(why) = error else {
+            panic!("not a refusal: {error}");
+        };
+        assert!(why.contains("version"), "{why}");
+        drop(server);
+    })
+    .unwrap();
+}
+
+#[test]
+fn garbage_on_a_connection_ends_it_and_nothing_else() {
+    let server = TestServer::start(ServeOptions::default());
+    // Not Cap'n Proto at all, then a frame claiming a huge segment.
+    for garbage in [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        [0u32.to_le_bytes(), u32::MAX.to_le_bytes()].concat(),
+    ] {
+        let mut stream = std::os::unix::net::UnixStream::connect(server.socket_path()).unwrap();
+        stream.write_all(&garbage).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut answer = Vec::new();
+        // The server closes the connection (EOF), it does not hang or crash.
+        let _ = std::io::Read::read_to_end(&mut stream, &mut answer);
+    }
+    run_local(async {
+        connect(&server.address, TOKEN, plain()).await.unwrap();
+    })
+    .unwrap();
+}
+
+#[test]
+fn plain_clients_run_file_commands_but_cannot_sync() {
+    let handler: crate::rpc::FsHandler = Arc::new(|args: Vec<Vec<u8>>, stdin: Vec<u8>| FsOutput {
+        stdout: [args.concat(), stdin].concat(),
+        stderr: b"note".to_vec(),
+        status: 3,
+    });
+    let server = TestServer::start(ServeOptions {
+        fs_handler: Some(handler),
+        ..ServeOptions::default()
+    });
+    run_local(async {
+        let (upstream, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        let out = upstream.fs(&["ls", "/"], b"!").await.unwrap();
+        assert_eq!(out.stdout, b"ls/!");
+        assert_eq!(out.stderr, b"note");
+        assert_eq!(out.status, 3);
+        let sync = upstream
+            .changes(&computer_vfs::Cursor::START, 10, 1 << 20)
+            .await;
+        assert!(matches!(sync, Err(Error::Refused(_))), "{sync:?}");
+    })
+    .unwrap();
+}
+
+#[test]
+fn listeners_hear_of_changes_and_connections_end_cleanly() {
+    let server = TestServer::start(ServeOptions {
+        watch_interval: Duration::from_millis(10),
+        ..ServeOptions::default()
+    });
+    let workspace = server.workspace.clone();
+    run_local(async move {
+        let (upstream, info) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        let mut revisions = upstream.watch().await.unwrap();
+        assert_eq!(*revisions.borrow(), info.revision);
+        tokio::task::spawn_blocking(move || workspace.fs().write_file("/x", b"x").unwrap())
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), revisions.changed())
+            .await
+            .expect("no change heard within 5 s")
+            .unwrap();
+        assert!(*revisions.borrow() > info.revision);
+        drop(server);
+        // The server is gone: calls fail as a lost connection, which a retry loop retries.
+        let after = upstream.have_blocks(&[]).await;
+        assert!(matches!(&after, Err(e) if e.is_transient()), "{after:?}");
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_tcp_server_on_port_zero_reports_its_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Workspace::open(dir.path().join("s.db"), Options::default()).unwrap();
+    run_local(async move {
+        let socket = ServerSocket::bind(&Address::Tcp("127.0.0.1:0".into()))
+            .await
+            .unwrap();
+        let address = socket.local_address().unwrap();
+        let Address::Tcp(host_port) = &address else {
+            panic!("not TCP: {address}");
+        };
+        assert!(!host_port.ends_with(":0"), "{host_port}");
+        let authority = Authority::new(workspace, TOKEN.to_vec());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server =
+            tokio::task::spawn_local(serve(socket, authority, ServeOptions::default(), async {
+                let _ = stopped.await;
+            }));
+        connect(&address, TOKEN, plain()).await.unwrap();
+        stop.send(()).unwrap();
+        server.await.unwrap();
+    })
+    .unwrap();
+}
