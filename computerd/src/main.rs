@@ -13,6 +13,7 @@ mod fs_walk;
 mod fuse;
 mod mount;
 mod remote;
+mod replica;
 mod serve;
 
 /// Mount and manage `computer` workspaces.
@@ -35,8 +36,16 @@ struct Cli {
 enum Command {
     /// Work on a workspace database directly: ls, cat, write, import, check, ...
     Fs(fs_cmd::FsArgs),
-    /// Mount a workspace as a filesystem and serve it until unmounted or signalled.
+    /// Mount a workspace (or, with --remote, a replica of a served one) as a filesystem
+    /// and serve it until unmounted or signalled.
+    #[command(
+        override_usage = "computerd mount [OPTIONS] <DB> <MOUNTPOINT>\n       \
+        computerd mount [OPTIONS] --remote <ADDR> --cache <DB> <MOUNTPOINT>"
+    )]
     Mount(mount::MountArgs),
+    /// Sync a replica mount with its server now and wait: exits 0 once synced, 75 while
+    /// the sync is pending (the daemon keeps retrying), 1 if its changes are lost.
+    Sync(replica::SyncArgs),
     /// Serve a workspace to replicas and clients over the network until signalled.
     Serve(serve::ServeArgs),
 }
@@ -48,6 +57,7 @@ fn main() -> ExitCode {
         Command::Fs(args) => fs_cmd::run(args),
         Command::Mount(args) => mount::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Sync(args) => replica::run_sync(args),
     };
     match result {
         Ok(code) => code,

@@ -21,7 +21,10 @@ use clap::Args;
 use computer_vfs::{Options, Workspace};
 use fuser::{Config, MountOption, SessionACL};
 
+use computer_sync::{Follower, SyncOutcome};
+
 use crate::fuse::{MountConfig, WorkspaceFs};
+use crate::replica::{ControlServer, KernelCache, RemoteArgs};
 
 /// Environment variable naming the pipe a daemonised child reports readiness on.
 const READY_FD_ENV: &str = "COMPUTERD_READY_FD";
@@ -29,13 +32,20 @@ const READY_FD_ENV: &str = "COMPUTERD_READY_FD";
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 /// How long `--daemon` and the readiness check wait for the mount to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a replica waits for its first sync before it mounts the cache as it is.
+const INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
-    /// The workspace database (created if it does not exist).
-    pub db: PathBuf,
+    /// The workspace database (created if it does not exist). With --remote, leave it
+    /// out: the replica lives in --cache.
+    #[arg(value_name = "DB")]
+    pub first: PathBuf,
     /// Where to mount it (a directory, created if missing).
-    pub mountpoint: PathBuf,
+    #[arg(value_name = "MOUNTPOINT")]
+    pub second: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// Refuse every change (EROFS).
     #[arg(long)]
     pub read_only: bool,
@@ -68,7 +78,26 @@ pub struct MountArgs {
     pub op_stats: bool,
 }
 
+impl MountArgs {
+    /// The database and the mount point: `DB MOUNTPOINT`, or with --remote `MOUNTPOINT`
+    /// and the database from --cache.
+    fn paths(&self) -> anyhow::Result<(PathBuf, PathBuf)> {
+        match (&self.remote.cache, &self.second) {
+            (Some(cache), None) => Ok((cache.clone(), self.first.clone())),
+            (Some(_), Some(_)) => {
+                bail!("with --remote, give only the mount point: the database is --cache's")
+            }
+            (None, Some(mountpoint)) => Ok((self.first.clone(), mountpoint.clone())),
+            (None, None) => bail!("give the database and the mount point"),
+        }
+    }
+}
+
 pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
+    args.paths()?;
+    if args.remote.remote.is_some() {
+        args.remote.retry_policy()?;
+    }
     if args.threads == 0 || args.threads > 64 {
         bail!("--threads must be between 1 and 64, not {}", args.threads);
     }
@@ -154,30 +183,36 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     let signals = termination_signals();
     signals.thread_block().context("blocking signals")?;
 
-    clear_stale_mount(&args.mountpoint)?;
-    if !args.mountpoint.exists() {
-        std::fs::create_dir_all(&args.mountpoint).with_context(|| {
-            format!(
-                "{}: cannot create the mount point",
-                args.mountpoint.display()
-            )
-        })?;
+    let (db, mountpoint) = args.paths()?;
+    clear_stale_mount(&mountpoint)?;
+    if !mountpoint.exists() {
+        std::fs::create_dir_all(&mountpoint)
+            .with_context(|| format!("{}: cannot create the mount point", mountpoint.display()))?;
     }
-    let meta = std::fs::metadata(&args.mountpoint)
-        .with_context(|| format!("{}: cannot use as a mount point", args.mountpoint.display()))?;
+    let meta = std::fs::metadata(&mountpoint)
+        .with_context(|| format!("{}: cannot use as a mount point", mountpoint.display()))?;
     if !meta.is_dir() {
-        bail!("{}: not a directory", args.mountpoint.display());
+        bail!("{}: not a directory", mountpoint.display());
     }
     let options = Options {
         create: !args.read_only,
         read_only: args.read_only,
-        staging_dir: (!args.read_only).then(|| staging_dir(&args.db)),
+        staging_dir: (!args.read_only).then(|| staging_dir(&db)),
         commit_delay: (args.commit_delay_ms > 0)
             .then(|| Duration::from_millis(args.commit_delay_ms)),
         ..Options::default()
     };
-    let ws = Workspace::open(&args.db, options)
-        .with_context(|| format!("opening {}", args.db.display()))?;
+    let ws = Workspace::open(&db, options).with_context(|| format!("opening {}", db.display()))?;
+    // The source names the database by its absolute path: `computerd sync MOUNTPOINT`
+    // finds a replica's control socket from it.
+    let db = std::path::absolute(&db).unwrap_or(db);
+
+    // A replica catches up before it is mounted, so tools find the tree there when the
+    // mount is ready; if the server cannot be reached it serves the cache meanwhile.
+    let replica = match &args.remote.remote {
+        Some(address) => Some(start_replica(&args.remote, address, &ws)?),
+        None => None,
+    };
 
     let mut config = Config::default();
     config.n_threads = Some(args.threads);
@@ -188,7 +223,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         SessionACL::Owner
     };
     config.mount_options = vec![
-        MountOption::FSName(format!("computer:{}", args.db.display())),
+        MountOption::FSName(format!("computer:{}", db.display())),
         MountOption::Subtype("computer".into()),
         MountOption::DefaultPermissions,
         if args.read_only {
@@ -206,25 +241,73 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             op_stats: args.op_stats,
         },
     );
-    let session = fuser::Session::new(fs, &args.mountpoint, &config)
-        .with_context(|| format!("mounting {}", args.mountpoint.display()))?;
+    let session = fuser::Session::new(fs, &mountpoint, &config)
+        .with_context(|| format!("mounting {}", mountpoint.display()))?;
     let background = session.spawn().context("starting the FUSE workers")?;
-    wait_until_answering(&args.mountpoint)?;
-    tracing::info!(mountpoint = %args.mountpoint.display(), "mounted");
+    let control = match &replica {
+        Some(replica) => {
+            replica.kernel.attach(background.notifier());
+            Some(ControlServer::start(
+                crate::replica::control_path(&db),
+                replica.follower.client(),
+            )?)
+        }
+        None => None,
+    };
+    wait_until_answering(&mountpoint)?;
+    tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(b"ready\n");
     }
 
-    loop {
+    let served = loop {
         if let Some(signal) = wait_signal(&signals, Duration::from_millis(250)) {
             tracing::info!("received signal {signal}, unmounting");
-            return background.umount_and_join().context("unmounting");
+            break background.umount_and_join().context("unmounting");
         }
         if background.guard.is_finished() {
             tracing::info!("unmounted from outside");
-            return background.join().context("stopping the FUSE workers");
+            break background.join().context("stopping the FUSE workers");
+        }
+    };
+    drop(control);
+    if let Some(replica) = replica {
+        // What the last writers left goes up now; what does not make it in time stays
+        // in the cache and syncs at the next mount.
+        replica.follower.stop();
+    }
+    served
+}
+
+/// A replica's sync loop and the kernel cache it invalidates.
+struct ReplicaMount {
+    follower: Follower,
+    kernel: KernelCache,
+}
+
+fn start_replica(
+    remote: &RemoteArgs,
+    address: &str,
+    ws: &Workspace,
+) -> anyhow::Result<ReplicaMount> {
+    let options = remote.follow_options(address, ws)?;
+    let kernel = KernelCache::new(ws.clone());
+    let follower = Follower::start(ws.clone(), options, Some(kernel.observer()))
+        .context("starting the sync loop")?;
+    match follower.sync(INITIAL_SYNC_TIMEOUT) {
+        SyncOutcome::Complete { report, .. } => tracing::info!(
+            pulled = report.pulled,
+            pushed = report.pushed,
+            "replica caught up with {address}"
+        ),
+        SyncOutcome::Pending { reason, .. } => {
+            tracing::warn!("{address}: not synced yet ({reason}); serving the cache and retrying")
+        }
+        SyncOutcome::Lost { reason, .. } | SyncOutcome::Refused { reason, .. } => {
+            bail!("{address}: {reason}")
         }
     }
+    Ok(ReplicaMount { follower, kernel })
 }
 
 fn termination_signals() -> nix::sys::signal::SigSet {

@@ -13,6 +13,7 @@
 
 pub mod authority;
 mod error;
+pub mod follow;
 pub mod replica;
 pub mod retry;
 pub mod rpc;
@@ -39,7 +40,8 @@ pub(crate) mod sync_capnp;
 
 pub use authority::{Authority, PeerSession};
 pub use error::{Error, Result};
-pub use replica::{BatchLimits, Replica, SyncReport, Upstream, UPSTREAM};
+pub use follow::{FollowOptions, FollowStatus, Follower, Intent, SyncClient, SyncOutcome};
+pub use replica::{AppliedObserver, BatchLimits, Replica, SyncReport, Upstream, UPSTREAM};
 pub use retry::{Backoff, Next, RetryPolicy};
 pub use rpc::{Address, RemoteUpstream};
 pub use types::{ClientInfo, ServerInfo};

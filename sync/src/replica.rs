@@ -76,12 +76,17 @@ impl SyncReport {
     }
 }
 
+/// Told the paths each applied page of a pull may have changed (a mount tells the
+/// kernel to forget what it cached of them).
+pub type AppliedObserver = std::sync::Arc<dyn Fn(&[Vec<u8>]) + Send + Sync>;
+
 /// A local workspace replicating an upstream one.
 #[derive(Clone)]
 pub struct Replica {
     workspace: Workspace,
     upstream_id: String,
     limits: BatchLimits,
+    observer: Option<AppliedObserver>,
 }
 
 impl Replica {
@@ -121,7 +126,15 @@ impl Replica {
             workspace,
             upstream_id: server.workspace_id.clone(),
             limits,
+            observer: None,
         })
+    }
+
+    /// Calls `observer` with the paths of every page a pull applies, right after it
+    /// commits.
+    pub fn with_observer(mut self, observer: AppliedObserver) -> Replica {
+        self.observer = Some(observer);
+        self
     }
 
     pub fn workspace(&self) -> &Workspace {
@@ -203,6 +216,11 @@ impl Replica {
                 &page.next,
             )?;
             report.pulled += page.entries.len();
+            if let Some(observer) = &self.observer {
+                if !applied.paths.is_empty() {
+                    observer(&applied.paths);
+                }
+            }
             report.conflicts.extend(applied.conflicts);
             // The server's record of us only informs it; a lost ack costs nothing but
             // a later one.

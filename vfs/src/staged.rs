@@ -615,6 +615,23 @@ impl Workspace {
             .collect()
     }
 
+    /// How many files were written, closed and wait for ingestion: changes on their way
+    /// into the database that the revision does not show yet. Cheap (no SQL), for a sync
+    /// loop that polls for local changes.
+    pub fn staged_waiting(&self) -> usize {
+        let Some(staging) = self.staging() else {
+            return 0;
+        };
+        staging
+            .snapshot()
+            .into_iter()
+            .filter(|staged| {
+                let state = lock(&staged.state);
+                state.dirty && state.writers == 0
+            })
+            .count()
+    }
+
     /// Ingests every dirty staged file that has no writer left.
     pub(crate) fn settle_staged(&self) -> Result<()> {
         let Some(staging) = self.staging() else {

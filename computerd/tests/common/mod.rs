@@ -62,6 +62,9 @@ pub struct Mount {
     pub log: PathBuf,
     pub scratch: PathBuf,
     pid: Option<i32>,
+    /// For a replica mount: `--remote ADDR --token-file FILE ...`; the database is its
+    /// cache.
+    replica_of: Option<Vec<String>>,
 }
 
 impl Mount {
@@ -86,6 +89,7 @@ impl Mount {
             root,
             dir: Some(dir),
             pid: None,
+            replica_of: None,
         };
         std::fs::create_dir(&mount.mnt).unwrap();
         std::fs::create_dir(&mount.scratch).unwrap();
@@ -93,15 +97,71 @@ impl Mount {
         mount
     }
 
+    /// Mounts a replica of `server`'s workspace, its cache a new database, with extra
+    /// `computerd mount` arguments.
+    pub fn replica(server: &Server, args: &[&str]) -> Mount {
+        become_subreaper();
+        let dir = tempfile::Builder::new()
+            .prefix("computerd-replica-")
+            .tempdir()
+            .expect("creating a temporary directory");
+        let root = dir.path().to_path_buf();
+        let mut mount = Mount {
+            db: root.join("cache.db"),
+            mnt: root.join("mnt"),
+            log: root.join("daemon.log"),
+            scratch: root.join("scratch"),
+            root,
+            dir: Some(dir),
+            pid: None,
+            replica_of: Some(vec![
+                "--remote".into(),
+                server.address.clone(),
+                "--token-file".into(),
+                server.token_file.display().to_string(),
+            ]),
+        };
+        std::fs::create_dir(&mount.mnt).unwrap();
+        std::fs::create_dir(&mount.scratch).unwrap();
+        mount.mount(args);
+        mount
+    }
+
+    /// Replaces the replica's cache with a new, empty database (its disk was lost).
+    pub fn lose_cache(&mut self) {
+        assert!(
+            self.pid.is_none(),
+            "lose_cache(): the daemon is still running"
+        );
+        for suffix in ["", "-wal", "-shm", ".staging", ".control"] {
+            let mut path = self.db.clone().into_os_string();
+            path.push(suffix);
+            let path = PathBuf::from(path);
+            if path.is_dir() {
+                let _ = std::fs::remove_dir_all(&path);
+            } else {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+
+    /// `computerd sync` on this replica (its output whatever the status).
+    pub fn sync(&self, extra: &[&str]) -> Output {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("sync").arg(&self.mnt).args(extra);
+        run_cmd(&mut cmd, "computerd sync", COMMAND_TIMEOUT)
+    }
+
     /// Mounts the workspace (again), with extra `computerd mount` arguments.
     pub fn mount(&mut self, args: &[&str]) {
         assert!(self.pid.is_none(), "mount(): the daemon is still running");
         let mut cmd = Command::new(BIN);
-        cmd.arg("--log")
-            .arg(DAEMON_LOG)
-            .arg("mount")
-            .arg(&self.db)
-            .arg(&self.mnt)
+        cmd.arg("--log").arg(DAEMON_LOG).arg("mount");
+        match &self.replica_of {
+            Some(remote) => cmd.args(remote).arg("--cache").arg(&self.db),
+            None => cmd.arg(&self.db),
+        };
+        cmd.arg(&self.mnt)
             .arg("--daemon")
             .arg("--log-file")
             .arg(&self.log)
@@ -324,6 +384,240 @@ impl Drop for Mount {
                 );
             }
         }
+    }
+}
+
+/// A `computerd serve` of a workspace in its own temporary directory, on a Unix socket
+/// (or `tcp:127.0.0.1:0`), with a token file. Killed (SIGTERM, then SIGKILL) when
+/// dropped; its log is printed if the test is failing.
+pub struct Server {
+    dir: Option<tempfile::TempDir>,
+    pub db: PathBuf,
+    pub token_file: PathBuf,
+    /// The address as clients give it (the bound port for TCP).
+    pub address: String,
+    listen: String,
+    pub log: PathBuf,
+    child: Option<std::process::Child>,
+}
+
+/// The token of the test servers.
+pub const TOKEN: &str = "test-token-0123456789";
+
+impl Server {
+    /// Serves a new workspace on a Unix socket.
+    pub fn start() -> Server {
+        Server::start_on(None)
+    }
+
+    /// Serves a new workspace on `listen` (`None`: a Unix socket in its directory).
+    pub fn start_on(listen: Option<&str>) -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("computerd-server-")
+            .tempdir()
+            .expect("creating a temporary directory");
+        let root = dir.path().to_path_buf();
+        let token_file = root.join("token");
+        std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+        let listen = listen
+            .map(str::to_owned)
+            .unwrap_or_else(|| root.join("sock").display().to_string());
+        let mut server = Server {
+            db: root.join("server.db"),
+            token_file,
+            address: listen.clone(),
+            listen,
+            log: root.join("server.log"),
+            dir: Some(dir),
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts the server process (again) and waits for its `listening on` line.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart(): the server is running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let mut child = Command::new(BIN)
+            .arg("--log")
+            .arg(DAEMON_LOG)
+            .arg("serve")
+            .arg(&self.db)
+            .arg("--listen")
+            .arg(&self.listen)
+            .arg("--token-file")
+            .arg(&self.token_file)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("starting computerd serve");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        let Some(address) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "computerd serve did not start: {line:?}\n--- server log ---\n{}",
+                self.server_log()
+            );
+        };
+        self.address = address.to_owned();
+        if self.listen.starts_with("tcp:") && self.listen.ends_with(":0") {
+            // Come back on the same port after a restart.
+            self.listen = self.address.clone();
+        }
+        self.child = Some(child);
+    }
+
+    /// A handle that reaches `server` at another `address` (through a proxy), with its
+    /// token; it runs no process of its own.
+    pub fn client_of(server: &Server, address: &str) -> Server {
+        Server {
+            dir: None,
+            db: server.db.clone(),
+            token_file: server.token_file.clone(),
+            address: address.to_owned(),
+            listen: address.to_owned(),
+            log: server.log.clone(),
+            child: None,
+        }
+    }
+
+    /// The server process's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("the server is not running").id() as i32
+    }
+
+    /// Reaps the server after someone else killed it.
+    pub fn forget_killed(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL: the server dies mid-whatever.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and asserts a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let status = child.wait().unwrap();
+            assert!(
+                status.success(),
+                "computerd serve exited with {status:?}\n--- server log ---\n{}",
+                self.server_log()
+            );
+        }
+    }
+
+    /// `computerd fs --remote ADDR <args>` with `stdin`, returning its output.
+    pub fn fs(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("fs")
+            .arg("--remote")
+            .arg(&self.address)
+            .arg("--token-file")
+            .arg(&self.token_file)
+            .args(args);
+        run_with_stdin(&mut cmd, stdin)
+    }
+
+    /// Like [`Server::fs`], asserting success; returns stdout.
+    pub fn fs_ok(&self, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+        let out = self.fs(args, stdin);
+        if !out.status.success() {
+            panic!(
+                "{}\n--- server log ---\n{}",
+                describe_failure(&format!("computerd fs --remote {args:?}"), None, &out),
+                self.server_log()
+            );
+        }
+        out.stdout
+    }
+
+    pub fn server_log(&self) -> String {
+        match std::fs::read(&self.log) {
+            Ok(bytes) => tail(&String::from_utf8_lossy(&bytes), 64 << 10),
+            Err(err) => format!("(no log: {err})"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- server log ---\n{}--- end of server log ---",
+                self.server_log()
+            );
+        }
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        drop(self.dir.take());
+    }
+}
+
+/// Runs `cmd` feeding it `stdin`, with the usual timeout; never panics on its status.
+pub fn run_with_stdin(cmd: &mut Command, stdin: &[u8]) -> Output {
+    use std::io::Write;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("starting a command");
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("waiting for a command");
+    let _ = writer.join();
+    out
+}
+
+/// Polls `probe` until it returns `Some` or `timeout` passes; returns the value and how
+/// long it took.
+pub fn wait_for<T>(
+    timeout: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> Option<(T, Duration)> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return Some((value, start.elapsed()));
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

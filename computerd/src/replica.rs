@@ -1,0 +1,475 @@
+//! The replica side of `computerd mount --remote ADDR --cache DB MOUNTPOINT`, and
+//! `computerd sync`.
+//!
+//! A replica mount serves its cache database through FUSE exactly like a local
+//! workspace, while a [`Follower`] keeps the cache in sync with the server. This module
+//! is the glue: it turns the command line into follow options, tells the kernel to
+//! forget what it cached of every path a pull changed (the mount lets the kernel cache
+//! entries and attributes for an hour, which is right only while nobody else writes),
+//! and answers `computerd sync` on a control socket beside the cache.
+//!
+//! The control socket speaks one line each way. Requests: `sync TIMEOUT_MS`,
+//! `wait INTENT TIMEOUT_MS`. Answers: the outcome's name (`complete`, `pending`,
+//! `lost`, `refused`), then `key=value` fields, `reason=` last (it holds spaces).
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use computer_sync::{AppliedObserver, FollowOptions, Intent, RetryPolicy, SyncClient, SyncOutcome};
+use computer_vfs::{InodeNo, Workspace};
+use fuser::{INodeNo, Notifier};
+
+use crate::remote;
+
+/// `--remote` and what goes with it.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RemoteArgs {
+    /// Mount a replica of the workspace served at ADDR (a Unix socket path, or
+    /// tcp:HOST:PORT) instead of a local database; needs --cache.
+    #[arg(long, value_name = "ADDR", requires = "cache")]
+    pub remote: Option<String>,
+    /// With --remote: the local database the replica lives in (created if missing).
+    #[arg(long, value_name = "DB", requires = "remote")]
+    pub cache: Option<PathBuf>,
+    /// With --remote: the file holding the server's token (else $COMPUTERD_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<PathBuf>,
+    /// With --remote: the name the server keeps this replica's cursors under (default:
+    /// the cache's own id). A new cache under a name in use replaces the old replica.
+    #[arg(long, value_name = "NAME", requires = "remote")]
+    pub peer: Option<String>,
+    /// First delay before a failed sync is retried, in milliseconds.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub retry_initial_ms: u64,
+    /// Each retry waits this many times longer than the one before.
+    #[arg(long, default_value_t = 2.0, value_name = "X")]
+    pub retry_multiplier: f64,
+    /// Longest delay between retries, in milliseconds.
+    #[arg(long, default_value_t = 60_000, value_name = "MS")]
+    pub retry_max_ms: u64,
+    /// Attempts of a pending sync before it is given up (the first included); the
+    /// replica still tries every maximum delay afterwards.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub retry_attempts: u32,
+    /// Shortens each delay by up to this fraction, at random (0 to 1).
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
+    pub retry_jitter: f64,
+}
+
+impl RemoteArgs {
+    pub fn retry_policy(&self) -> anyhow::Result<RetryPolicy> {
+        let policy = RetryPolicy {
+            initial: Duration::from_millis(self.retry_initial_ms),
+            multiplier: self.retry_multiplier,
+            max_delay: Duration::from_millis(self.retry_max_ms),
+            max_attempts: self.retry_attempts,
+            jitter: self.retry_jitter,
+        };
+        policy
+            .validate()
+            .map_err(|why| anyhow!("retry options: {why}"))?;
+        Ok(policy)
+    }
+
+    /// The follow options for `address`, as a replica of workspace `ws`.
+    pub fn follow_options(&self, address: &str, ws: &Workspace) -> anyhow::Result<FollowOptions> {
+        let address = remote::address(address)?;
+        let token = remote::read_token(self.token_file.as_deref())?;
+        let peer = match &self.peer {
+            Some(peer) if peer.is_empty() || peer.len() > 200 => {
+                bail!("--peer must be 1 to 200 bytes long")
+            }
+            Some(peer) => peer.clone(),
+            None => format!("replica-{}", ws.id()),
+        };
+        let mut options = FollowOptions::new(address, token, peer);
+        options.retry = self.retry_policy()?;
+        Ok(options)
+    }
+}
+
+/// Tells the kernel to forget its cached entries, attributes and pages of paths a pull
+/// changed. Until the mount exists there is nothing to forget.
+#[derive(Clone)]
+pub struct KernelCache {
+    ws: Workspace,
+    notifier: Arc<OnceLock<Notifier>>,
+}
+
+impl KernelCache {
+    pub fn new(ws: Workspace) -> KernelCache {
+        KernelCache {
+            ws,
+            notifier: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// From now on, invalidations go to this session's kernel connection.
+    pub fn attach(&self, notifier: Notifier) {
+        let _ = self.notifier.set(notifier);
+    }
+
+    pub fn observer(&self) -> AppliedObserver {
+        let cache = self.clone();
+        Arc::new(move |paths: &[Vec<u8>]| cache.forget(paths))
+    }
+
+    /// For each path: its entry in its parent (new, gone, or another node now), its
+    /// node's attributes and pages, and the parent's attributes. Errors are expected
+    /// (the kernel never looked the name up) and ignored.
+    fn forget(&self, paths: &[Vec<u8>]) {
+        let Some(notifier) = self.notifier.get() else {
+            return;
+        };
+        let mut parents = std::collections::BTreeSet::new();
+        for path in paths {
+            let (parent_path, name) = split(path);
+            let parent = parent_path.and_then(|p| self.resolve(p));
+            if let (Some(parent), Some(name)) = (parent, name) {
+                let _ = notifier.inval_entry(INodeNo(parent.0), OsStr::from_bytes(name));
+                parents.insert(parent.0);
+            }
+            if let Some(ino) = self.resolve(path) {
+                let _ = notifier.inval_inode(INodeNo(ino.0), 0, 0);
+            }
+        }
+        for parent in parents {
+            let _ = notifier.inval_inode(INodeNo(parent), 0, 0);
+        }
+    }
+
+    /// The node at `path`, following no symlink.
+    fn resolve(&self, path: &[u8]) -> Option<InodeNo> {
+        let mut ino = InodeNo::ROOT;
+        for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+            ino = self.ws.lookup(ino, part).ok()?.ino;
+        }
+        Some(ino)
+    }
+}
+
+/// `(parent, name)` of an absolute path; the root has neither.
+fn split(path: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
+    let trimmed = path.strip_suffix(b"/").unwrap_or(path);
+    match trimmed.iter().rposition(|&b| b == b'/') {
+        Some(at) if at + 1 < trimmed.len() => {
+            let parent = if at == 0 { &b"/"[..] } else { &trimmed[..at] };
+            (Some(parent), Some(&trimmed[at + 1..]))
+        }
+        _ => (None, None),
+    }
+}
+
+// ----------------------------------------------------------------------- control socket
+
+/// Where the control socket of a replica with cache `db` lives.
+pub fn control_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".control");
+    PathBuf::from(name)
+}
+
+/// Answers `computerd sync` for one replica, on a thread of its own, until dropped.
+pub struct ControlServer {
+    path: PathBuf,
+    stopping: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ControlServer {
+    pub fn start(path: PathBuf, client: SyncClient) -> anyhow::Result<ControlServer> {
+        if path.as_os_str().len() > computer_sync::rpc::UNIX_SOCKET_PATH_BYTES_MAX {
+            bail!(
+                "{}: the control socket's path is too long for a Unix socket; use a shorter \
+                 --cache path",
+                path.display()
+            );
+        }
+        match std::fs::remove_file(&path) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                return Err(err).with_context(|| format!("{}: cannot replace", path.display()))
+            }
+            _ => {}
+        }
+        let listener = UnixListener::bind(&path)
+            .with_context(|| format!("{}: cannot listen", path.display()))?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = stopping.clone();
+        let thread = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    // Dropping the server sets the flag, then connects to wake us.
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let client = client.clone();
+                    // One thread per caller: a `wait` may take minutes.
+                    let _ = std::thread::Builder::new()
+                        .name("control-call".into())
+                        .spawn(move || answer(stream, &client));
+                }
+            })
+            .context("starting the control thread")?;
+        Ok(ControlServer {
+            path,
+            stopping,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ = UnixStream::connect(&self.path);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn answer(stream: UnixStream, client: &SyncClient) {
+    let mut reader = BufReader::new(&stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let reply = match words.as_slice() {
+        ["sync", timeout] => match timeout.parse::<u64>() {
+            Ok(ms) => render(&client.sync(Duration::from_millis(ms))),
+            Err(_) => "error reason=bad timeout".to_owned(),
+        },
+        ["wait", intent, timeout] => match (intent.parse::<Intent>(), timeout.parse::<u64>()) {
+            (Ok(intent), Ok(ms)) => render(&client.wait(intent, Duration::from_millis(ms))),
+            (Err(why), _) => format!("error reason={why}"),
+            (_, Err(_)) => "error reason=bad timeout".to_owned(),
+        },
+        _ => "error reason=unknown request".to_owned(),
+    };
+    let mut stream = &stream;
+    let _ = writeln!(stream, "{reply}");
+}
+
+fn render(outcome: &SyncOutcome) -> String {
+    let one_line = |s: &str| s.replace('\n', " ");
+    match outcome {
+        SyncOutcome::Complete { intent, report } => format!(
+            "complete intent={intent} pulled={} pushed={} conflicts={} bytes_in={} bytes_out={}",
+            report.pulled,
+            report.pushed,
+            report.conflicts.len(),
+            report.bytes_in,
+            report.bytes_out
+        ),
+        SyncOutcome::Pending {
+            intent,
+            reason,
+            failures,
+            retry_in,
+        } => format!(
+            "pending intent={intent} failures={failures} retry_in_ms={} reason={}",
+            retry_in.map_or(-1, |d| d.as_millis() as i64),
+            one_line(reason)
+        ),
+        SyncOutcome::Lost { intent, reason } => {
+            format!("lost intent={intent} reason={}", one_line(reason))
+        }
+        SyncOutcome::Refused { intent, reason } => {
+            format!("refused intent={intent} reason={}", one_line(reason))
+        }
+    }
+}
+
+// ------------------------------------------------------------------------ computerd sync
+
+/// Exit status of a pending sync: EX_TEMPFAIL, "try again later".
+const EXIT_PENDING: u8 = 75;
+
+#[derive(Args, Debug)]
+pub struct SyncArgs {
+    /// The replica's mount point (or give --cache).
+    #[arg(required_unless_present = "cache", conflicts_with = "cache")]
+    pub mountpoint: Option<PathBuf>,
+    /// The replica's cache database, instead of its mount point.
+    #[arg(long, value_name = "DB")]
+    pub cache: Option<PathBuf>,
+    /// How long to wait, in seconds.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    pub timeout: u64,
+    /// Wait for an earlier pending sync (as `computerd sync` printed it,
+    /// REPLICA_ID@REVISION) to complete, instead of syncing now.
+    #[arg(long, value_name = "INTENT")]
+    pub intent: Option<String>,
+}
+
+/// `computerd sync`: 0 once complete, 75 while pending (the daemon goes on retrying),
+/// 1 when the changes are lost or the server refuses the replica.
+pub fn run_sync(args: SyncArgs) -> anyhow::Result<ExitCode> {
+    let socket = match (&args.cache, &args.mountpoint) {
+        (Some(cache), _) => control_path(&std::path::absolute(cache)?),
+        (None, Some(mountpoint)) => control_path(&cache_of_mount(mountpoint)?),
+        (None, None) => bail!("name a mount point or --cache"),
+    };
+    let timeout_ms = args.timeout.saturating_mul(1000);
+    let request = match &args.intent {
+        Some(intent) => {
+            let intent: Intent = intent.parse().map_err(|why: String| anyhow!(why))?;
+            format!("wait {intent} {timeout_ms}\n")
+        }
+        None => format!("sync {timeout_ms}\n"),
+    };
+    let mut stream = UnixStream::connect(&socket).with_context(|| {
+        format!(
+            "{}: no replica daemon answers (is it a replica mount, still running?)",
+            socket.display()
+        )
+    })?;
+    stream.write_all(request.as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .context("reading the daemon's answer")?;
+    let (kind, fields) = line
+        .trim_end()
+        .split_once(' ')
+        .unwrap_or((line.trim_end(), ""));
+    let (fields, reason) = match fields.split_once("reason=") {
+        Some((fields, reason)) => (fields, reason),
+        None => (fields, ""),
+    };
+    let field = |key: &str| {
+        fields
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+            .unwrap_or("?")
+    };
+    let target = args
+        .mountpoint
+        .as_ref()
+        .map(|m| m.display().to_string())
+        .unwrap_or_else(|| {
+            format!(
+                "--cache {}",
+                args.cache.as_deref().unwrap_or(Path::new("?")).display()
+            )
+        });
+    match kind {
+        "complete" => {
+            println!(
+                "synced: pulled {} entries, pushed {}, {} conflicts (intent {})",
+                field("pulled"),
+                field("pushed"),
+                field("conflicts"),
+                field("intent")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        "pending" => {
+            let retry = match field("retry_in_ms").parse::<i64>() {
+                Ok(ms) if ms >= 0 => format!("the daemon retries in {:.1} s", ms as f64 / 1000.0),
+                _ => "the daemon keeps retrying".to_owned(),
+            };
+            eprintln!(
+                "computerd: sync pending: {reason} ({} failed attempts; {retry}). Wait for it \
+                 with: computerd sync {target} --intent {}",
+                field("failures"),
+                field("intent")
+            );
+            Ok(ExitCode::from(EXIT_PENDING))
+        }
+        "lost" => {
+            eprintln!(
+                "computerd: sync lost: {reason} (intent {})",
+                field("intent")
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        "refused" => {
+            eprintln!("computerd: sync refused: {reason}");
+            Ok(ExitCode::FAILURE)
+        }
+        _ => bail!("the daemon answered: {}", line.trim_end()),
+    }
+}
+
+/// The cache database of the replica mounted at `mountpoint`, from the mount's source
+/// (`computer:<absolute path of the cache>`) in /proc/self/mountinfo.
+fn cache_of_mount(mountpoint: &Path) -> anyhow::Result<PathBuf> {
+    let wanted = std::fs::canonicalize(mountpoint)
+        .with_context(|| format!("{}: cannot resolve", mountpoint.display()))?;
+    let mountinfo = std::fs::read("/proc/self/mountinfo").context("reading the mount table")?;
+    for line in mountinfo.split(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let Some(separator) = fields.iter().position(|f| *f == b"-") else {
+            continue;
+        };
+        let (Some(point), Some(fstype), Some(source)) = (
+            fields.get(4),
+            fields.get(separator + 1),
+            fields.get(separator + 2),
+        ) else {
+            continue;
+        };
+        if unescape(point) != wanted.as_os_str().as_bytes() || !fstype.starts_with(b"fuse") {
+            continue;
+        }
+        let source = unescape(source);
+        let Some(cache) = source.strip_prefix(b"computer:") else {
+            bail!("{}: not a computer mount", mountpoint.display());
+        };
+        return Ok(PathBuf::from(OsStr::from_bytes(cache)));
+    }
+    bail!("{}: not a mount point", mountpoint.display())
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        if field[i] == b'\\' && i + 3 < field.len() {
+            if let Ok(code) =
+                u8::from_str_radix(std::str::from_utf8(&field[i + 1..i + 4]).unwrap_or("x"), 8)
+            {
+                out.push(code);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(field[i]);
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split_into_parent_and_name() {
+        assert_eq!(split(b"/a"), (Some(&b"/"[..]), Some(&b"a"[..])));
+        assert_eq!(split(b"/a/b/c"), (Some(&b"/a/b"[..]), Some(&b"c"[..])));
+        assert_eq!(split(b"/"), (None, None));
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape(br"/mnt/a\040b"), b"/mnt/a b");
+        assert_eq!(unescape(br"/plain"), b"/plain");
+        assert_eq!(unescape(br"/x\0"), br"/x\0");
+    }
+}

@@ -1,0 +1,449 @@
+//! Replica mounts with real processes: `computerd serve` on one side, `computerd mount
+//! --remote` on the other, ordinary tools and `computerd fs --remote` acting on each.
+//! Faults are real too: kill -9 of either daemon mid-transfer, and connections cut by a
+//! proxy in the middle of a large transfer.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+
+/// How long a change may take to show on the other side before the test fails (the
+/// target is well under a second; CI machines are shared and slow).
+const CONVERGE: Duration = Duration::from_secs(20);
+
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The server's copy of `path`, if it has one.
+fn server_file(server: &Server, path: &str) -> Option<Vec<u8>> {
+    let out = server.fs(&["cat", path], b"");
+    out.status.success().then_some(out.stdout)
+}
+
+/// The server's copy of a file too large for one `fs --remote` answer, read from its
+/// database beside the running server (SQLite lets readers in).
+fn server_big_file(server: &Server, path: &str) -> Vec<u8> {
+    let out = computerd([
+        std::ffi::OsStr::new("fs"),
+        server.db.as_os_str(),
+        std::ffi::OsStr::new("cat"),
+        std::ffi::OsStr::new(path),
+    ]);
+    assert!(out.status.success(), "{}", status(&out));
+    out.stdout
+}
+
+fn status(out: &std::process::Output) -> String {
+    format!(
+        "{:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn changes_on_either_side_appear_on_the_other() {
+    let server = Server::start();
+    server.fs_ok(&["mkdir", "-p", "/project/src"], b"");
+    server.fs_ok(&["write", "/project/src/main.rs"], b"fn main() {}\n");
+    let replica = Mount::replica(&server, &[]);
+
+    // What the server had is there when the mount is ready.
+    assert_eq!(
+        std::fs::read(replica.path("project/src/main.rs")).unwrap(),
+        b"fn main() {}\n"
+    );
+
+    // Replica to server: a tree made with ordinary tools, then a real git repository.
+    replica.sh(
+        "mkdir -p notes && for i in $(seq 1 50); do echo \"note $i\" > notes/$i.txt; done
+         ln -s notes/1.txt first-note && chmod 600 notes/2.txt",
+    );
+    replica
+        .sh("cd project && git init -q && git add -A && git commit -qm init && git log --oneline");
+    let synced = replica.sync(&[]);
+    assert!(
+        synced.status.success(),
+        "computerd sync: {}",
+        status(&synced)
+    );
+    assert_eq!(server_file(&server, "/notes/50.txt").unwrap(), b"note 50\n");
+    let stat = String::from_utf8(server.fs_ok(&["stat", "/notes/2.txt"], b"")).unwrap();
+    assert!(
+        stat.contains("0600") || stat.contains("rw-------"),
+        "{stat}"
+    );
+    let link = String::from_utf8(server.fs_ok(&["ls", "-l", "/first-note"], b"")).unwrap();
+    assert!(link.contains("notes/1.txt"), "{link}");
+    let head = server_file(&server, "/project/.git/HEAD").unwrap();
+    assert!(head.starts_with(b"ref: refs/heads/"), "{head:?}");
+
+    // A write through the mount, seen by the server without anyone asking: latency.
+    let before = std::time::Instant::now();
+    std::fs::write(replica.path("live.txt"), b"up").unwrap();
+    let (_, up) = wait_for(CONVERGE, || {
+        server_file(&server, "/live.txt").filter(|b| b == b"up")
+    })
+    .unwrap_or_else(|| panic!("replica -> server: not there after {CONVERGE:?}"));
+    // Server to replica: a write by a client of the server shows in the mount.
+    server.fs_ok(&["write", "/down.txt"], b"down");
+    let (_, down) = wait_for(CONVERGE, || {
+        std::fs::read(replica.path("down.txt"))
+            .ok()
+            .filter(|b| b == b"down")
+    })
+    .unwrap_or_else(|| panic!("server -> replica: not there after {CONVERGE:?}"));
+    // And an edit of a file the kernel has cached (page cache and attributes).
+    assert_eq!(std::fs::read(replica.path("down.txt")).unwrap(), b"down");
+    server.fs_ok(&["write", "/down.txt"], b"changed on the server");
+    wait_for(CONVERGE, || {
+        std::fs::read(replica.path("down.txt"))
+            .ok()
+            .filter(|b| b == b"changed on the server")
+    })
+    .expect("an edit on the server never replaced the cached content");
+    server.fs_ok(&["rm", "-r", "/notes"], b"");
+    wait_for(CONVERGE, || (!replica.path("notes").exists()).then_some(()))
+        .expect("a removal on the server never reached the replica");
+    eprintln!(
+        "latency: replica -> server {up:?} (through the poll of a client), server -> replica \
+         {down:?}, total {:?}",
+        before.elapsed()
+    );
+}
+
+#[test]
+fn a_replica_serves_while_the_server_is_down_and_catches_up() {
+    let mut server = Server::start();
+    server.fs_ok(&["write", "/before.txt"], b"before");
+    let replica = Mount::replica(
+        &server,
+        &["--retry-initial-ms", "100", "--retry-max-ms", "500"],
+    );
+    server.kill9();
+
+    // The mount goes on: reads and writes.
+    assert_eq!(
+        std::fs::read(replica.path("before.txt")).unwrap(),
+        b"before"
+    );
+    std::fs::write(replica.path("offline.txt"), b"written offline").unwrap();
+
+    // A sync someone waits for is pending, never a silent success.
+    let pending = replica.sync(&["--timeout", "5"]);
+    assert_eq!(pending.status.code(), Some(75), "{}", status(&pending));
+    let stderr = String::from_utf8_lossy(&pending.stderr);
+    assert!(stderr.contains("sync pending"), "{stderr}");
+    let intent = stderr
+        .split("--intent ")
+        .nth(1)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|| panic!("no intent in {stderr:?}"));
+
+    // The server returns: the pending sync completes by itself.
+    server.restart();
+    let done = replica.sync(&["--intent", &intent, "--timeout", "60"]);
+    assert!(done.status.success(), "{}", status(&done));
+    assert_eq!(
+        server_file(&server, "/offline.txt").unwrap(),
+        b"written offline"
+    );
+}
+
+#[test]
+fn kill_9_of_the_replica_mid_transfer_loses_nothing_fsynced() {
+    let server = Server::start();
+    let mut replica = Mount::replica(&server, &[]);
+    let big = random_bytes(48 << 20, 7);
+    std::fs::write(replica.scratch.join("big"), &big).unwrap();
+    // fsync'd on the replica: it must reach the server whatever happens to the daemon.
+    replica.sh(&format!(
+        "cp {} big && sync big && echo small > small && sync small",
+        replica.scratch.join("big").display()
+    ));
+    // The sync loop is pushing the big file now; kill it in the middle.
+    std::thread::sleep(Duration::from_millis(150));
+    replica.kill_daemon();
+    replica.mount(&[]);
+    let done = replica.sync(&["--timeout", "120"]);
+    assert!(done.status.success(), "{}", status(&done));
+    assert_eq!(server_file(&server, "/small").unwrap(), b"small\n");
+    assert!(
+        server_big_file(&server, "/big") == big,
+        "the big file differs"
+    );
+    replica.unmount();
+    replica.check_db();
+}
+
+#[test]
+fn kill_9_of_the_server_mid_transfer_and_a_restart() {
+    let mut server = Server::start();
+    let big = random_bytes(48 << 20, 11);
+    let input = std::env::temp_dir().join(format!("computerd-big-{}", std::process::id()));
+    std::fs::write(&input, &big).unwrap();
+    // Put the file on the server through a replica, so the server has a large tree.
+    {
+        let writer = Mount::replica(&server, &[]);
+        writer.sh(&format!("cp {} big", input.display()));
+        let done = writer.sync(&[]);
+        assert!(done.status.success(), "{}", status(&done));
+    }
+    let _ = std::fs::remove_file(&input);
+    // A fresh replica pulls it; the server dies in the middle and comes back.
+    let killer = {
+        let pid = server.pid();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: a signal to the server process this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        })
+    };
+    let reader = Mount::replica(
+        &server,
+        &["--retry-initial-ms", "100", "--retry-max-ms", "1000"],
+    );
+    killer.join().unwrap();
+    server.forget_killed();
+    server.restart();
+    let done = reader.sync(&["--timeout", "120"]);
+    assert!(done.status.success(), "{}", status(&done));
+    let got = std::fs::read(reader.path("big")).unwrap();
+    assert!(got == big, "the replica's copy differs after the restart");
+}
+
+/// A TCP proxy that can cut every connection through it, and counts the bytes.
+struct CuttingProxy {
+    address: String,
+    cut: Arc<AtomicBool>,
+    live: Arc<Mutex<Vec<TcpStream>>>,
+    bytes: Arc<AtomicU64>,
+}
+
+impl CuttingProxy {
+    fn start(upstream: &str) -> CuttingProxy {
+        let upstream = upstream
+            .strip_prefix("tcp:")
+            .expect("a TCP server")
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("tcp:{}", listener.local_addr().unwrap());
+        let cut = Arc::new(AtomicBool::new(false));
+        let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let bytes = Arc::new(AtomicU64::new(0));
+        {
+            let (live, bytes) = (live.clone(), bytes.clone());
+            std::thread::spawn(move || {
+                for client in listener.incoming() {
+                    let Ok(client) = client else { continue };
+                    let Ok(server) = TcpStream::connect(&upstream) else {
+                        continue;
+                    };
+                    let mut live_now = live.lock().unwrap();
+                    live_now.push(client.try_clone().unwrap());
+                    live_now.push(server.try_clone().unwrap());
+                    drop(live_now);
+                    for (mut from, mut to) in [
+                        (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                        (server, client),
+                    ] {
+                        let bytes = bytes.clone();
+                        std::thread::spawn(move || {
+                            let mut buf = vec![0u8; 64 << 10];
+                            loop {
+                                match from.read(&mut buf) {
+                                    Ok(0) | Err(_) => break,
+                                    Ok(n) => {
+                                        bytes.fetch_add(n as u64, Ordering::Relaxed);
+                                        if to.write_all(&buf[..n]).is_err() {
+                                            break;
+                                        }
+                                    }
+                                }
+                            }
+                            let _ = to.shutdown(std::net::Shutdown::Both);
+                        });
+                    }
+                }
+            });
+        }
+        CuttingProxy {
+            address,
+            cut,
+            live,
+            bytes,
+        }
+    }
+
+    /// Cuts every connection open now (new ones go through).
+    fn cut_all(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for stream in self.live.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[test]
+fn cutting_the_connection_in_the_middle_of_a_large_transfer() {
+    let server = Server::start_on(Some("tcp:127.0.0.1:0"));
+    let proxy = CuttingProxy::start(&server.address);
+    let through_proxy = Server::client_of(&server, &proxy.address);
+    let replica = Mount::replica(
+        &through_proxy,
+        &["--retry-initial-ms", "50", "--retry-max-ms", "500"],
+    );
+    let big = random_bytes(64 << 20, 3);
+    std::fs::write(replica.scratch.join("big"), &big).unwrap();
+    replica.sh(&format!("cp {} big", replica.scratch.join("big").display()));
+    // Cut while the blocks travel: once some megabytes went through, and again later.
+    for threshold in [8u64 << 20, 24 << 20] {
+        wait_for(Duration::from_secs(60), || {
+            (proxy.bytes.load(Ordering::Relaxed) > threshold).then_some(())
+        });
+        proxy.cut_all();
+    }
+    let done = replica.sync(&["--timeout", "120"]);
+    assert!(done.status.success(), "{}", status(&done));
+    assert!(
+        server_big_file(&server, "/big") == big,
+        "the big file differs"
+    );
+    eprintln!(
+        "bytes through the proxy for a 64 MiB file cut twice: {}",
+        proxy.bytes.load(Ordering::Relaxed)
+    );
+}
+
+#[test]
+fn both_sides_changing_a_file_keeps_both_versions() {
+    let mut server = Server::start();
+    server.fs_ok(&["write", "/shared.txt"], b"original\n");
+    let replica = Mount::replica(
+        &server,
+        &["--retry-initial-ms", "100", "--retry-max-ms", "500"],
+    );
+    server.stop();
+    std::fs::write(replica.path("shared.txt"), b"the replica's version\n").unwrap();
+    // The server changes the same file while they are apart (its database directly).
+    let out = computerd([
+        std::ffi::OsStr::new("fs"),
+        server.db.as_os_str(),
+        std::ffi::OsStr::new("write"),
+        std::ffi::OsStr::new("/shared.txt"),
+    ]);
+    // `computerd()` gives no stdin: the file is emptied on the server, a change all the same.
+    assert!(out.status.success(), "{}", status(&out));
+    server.restart();
+    let done = replica.sync(&["--timeout", "60"]);
+    assert!(done.status.success(), "{}", status(&done));
+    // The background sync may have met the conflict before `computerd sync` asked.
+    assert!(
+        replica
+            .daemon_log()
+            .contains("conflict: both sides changed the path"),
+        "the conflict was not reported:\n{}",
+        replica.daemon_log()
+    );
+    // Both versions on both sides: the server's at the path, the replica's beside it.
+    let listing = String::from_utf8(server.fs_ok(&["ls", "/"], b"")).unwrap();
+    let kept: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.starts_with("shared.txt.conflict-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "server listing:\n{listing}");
+    assert_eq!(
+        server_file(&server, &format!("/{}", kept[0])).unwrap(),
+        b"the replica's version\n"
+    );
+    assert_eq!(server_file(&server, "/shared.txt").unwrap(), b"");
+    wait_for(CONVERGE, || {
+        std::fs::read(replica.path(kept[0]))
+            .ok()
+            .filter(|b| b == b"the replica's version\n")
+    })
+    .expect("the conflict copy never reached the replica");
+    assert_eq!(std::fs::read(replica.path("shared.txt")).unwrap(), b"");
+}
+
+#[test]
+fn a_replica_that_lost_its_disk_reports_the_old_sync_lost() {
+    let mut server = Server::start();
+    let mut replica = Mount::replica(
+        &server,
+        &[
+            "--peer",
+            "sandbox",
+            "--retry-initial-ms",
+            "100",
+            "--retry-max-ms",
+            "500",
+        ],
+    );
+    server.kill9();
+    std::fs::write(replica.path("unsynced.txt"), b"never reached the server").unwrap();
+    let pending = replica.sync(&["--timeout", "3"]);
+    assert_eq!(pending.status.code(), Some(75), "{}", status(&pending));
+    let stderr = String::from_utf8_lossy(&pending.stderr).into_owned();
+    let intent = stderr.split("--intent ").nth(1).unwrap().trim().to_owned();
+
+    // The replica's machine dies with its disk; a new one comes up under the same name.
+    replica.kill_daemon();
+    replica.lose_cache();
+    server.restart();
+    replica.mount(&["--peer", "sandbox"]);
+    let lost = replica.sync(&["--intent", &intent, "--timeout", "10"]);
+    assert_eq!(lost.status.code(), Some(1), "{}", status(&lost));
+    assert!(
+        String::from_utf8_lossy(&lost.stderr).contains("lost"),
+        "{}",
+        status(&lost)
+    );
+    assert!(server_file(&server, "/unsynced.txt").is_none());
+    // The newcomer works normally.
+    std::fs::write(replica.path("new.txt"), b"new").unwrap();
+    let done = replica.sync(&[]);
+    assert!(done.status.success(), "{}", status(&done));
+    assert_eq!(server_file(&server, "/new.txt").unwrap(), b"new");
+}
+
+#[test]
+fn a_wrong_token_is_refused() {
+    let server = Server::start();
+    let out = {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["fs", "--remote", &server.address, "ls", "/"])
+            .env("COMPUTERD_TOKEN", "not-the-token");
+        run_cmd(&mut cmd, "fs --remote with a wrong token", COMMAND_TIMEOUT)
+    };
+    assert_eq!(out.status.code(), Some(1), "{}", status(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("wrong or missing token"),
+        "{}",
+        status(&out)
+    );
+    let no_token = {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["fs", "--remote", &server.address, "ls", "/"])
+            .env_remove("COMPUTERD_TOKEN");
+        run_cmd(&mut cmd, "fs --remote without a token", COMMAND_TIMEOUT)
+    };
+    assert_eq!(no_token.status.code(), Some(1), "{}", status(&no_token));
+}
