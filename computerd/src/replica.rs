@@ -24,14 +24,16 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
-use computer_sync::{AppliedObserver, FollowOptions, Intent, RetryPolicy, SyncClient, SyncOutcome};
+use computer_sync::{
+    AppliedObserver, BacklogLimits, FollowOptions, Intent, RetryPolicy, SyncClient, SyncOutcome,
+};
 use computer_vfs::{InodeNo, Workspace};
 use fuser::{INodeNo, Notifier};
 
 use crate::remote;
 
 /// `--remote` and what goes with it.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug, Clone)]
 pub struct RemoteArgs {
     /// Mount a replica of the workspace served at ADDR (a Unix socket path, or
     /// tcp:HOST:PORT) instead of a local database; needs --cache.
@@ -63,6 +65,16 @@ pub struct RemoteArgs {
     /// Shortens each delay by up to this fraction, at random (0 to 1).
     #[arg(long, default_value_t = 0.0, value_name = "FRACTION")]
     pub retry_jitter: f64,
+    /// Changed paths the replica may hold unsynced before writers are held back.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub backlog_max_paths: u64,
+    /// Content of changed files the replica may hold unsynced before writers are held
+    /// back (bytes, or with K, M, G, T).
+    #[arg(long, default_value = "1G", value_name = "SIZE")]
+    pub backlog_max_bytes: String,
+    /// How long a held-back writer waits before its operation fails with ENOSPC.
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    pub backlog_wait_secs: u64,
 }
 
 impl RemoteArgs {
@@ -93,6 +105,18 @@ impl RemoteArgs {
         };
         let mut options = FollowOptions::new(address, token, peer);
         options.retry = self.retry_policy()?;
+        options.backlog = BacklogLimits {
+            nodes: self.backlog_max_paths.max(1),
+            bytes: crate::fs_format::parse_size(&self.backlog_max_bytes)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "--backlog-max-bytes {}: expected bytes, optionally with K, M, G or T",
+                        self.backlog_max_bytes
+                    )
+                })?
+                .max(1),
+            wait_max: Duration::from_secs(self.backlog_wait_secs),
+        };
         Ok(options)
     }
 }

@@ -447,3 +447,55 @@ fn a_wrong_token_is_refused() {
     };
     assert_eq!(no_token.status.code(), Some(1), "{}", status(&no_token));
 }
+
+#[test]
+fn writers_are_held_back_when_the_backlog_passes_its_bound() {
+    let mut server = Server::start();
+    let replica = Mount::replica(
+        &server,
+        &[
+            "--backlog-max-paths",
+            "40",
+            "--backlog-wait-secs",
+            "2",
+            "--retry-initial-ms",
+            "100",
+            "--retry-max-ms",
+            "300",
+        ],
+    );
+    server.kill9();
+    // Nothing drains: creates go through until the bound, then wait and fail ENOSPC.
+    let out = try_sh(
+        &replica.mnt,
+        "for i in $(seq 1 200); do echo $i > f$i || { echo \"stopped at $i\"; exit 0; }; done",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stopped: u64 = stdout
+        .trim()
+        .strip_prefix("stopped at ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("every create went through: {stdout} {stderr}"));
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    // The bound, plus what the gate let through before it measured (it measures every
+    // 200 ms), and far from all 200.
+    assert!(
+        (40..=150).contains(&stopped),
+        "stopped at {stopped}: the bound is 40 paths"
+    );
+    // Removing makes room without waiting.
+    replica.sh("rm -f f1 f2");
+    // The server returns: the backlog drains and writers go on.
+    server.restart();
+    let done = replica.sync(&["--timeout", "60"]);
+    assert!(done.status.success(), "{}", status(&done));
+    wait_for(CONVERGE, || {
+        std::fs::write(replica.path("after.txt"), b"again").ok()
+    })
+    .expect("writers still held back after the sync caught up");
+    let done = replica.sync(&[]);
+    assert!(done.status.success(), "{}", status(&done));
+    assert_eq!(server_file(&server, "/after.txt").unwrap(), b"again");
+    assert!(replica.daemon_log().contains("holding writers back"));
+}

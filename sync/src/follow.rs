@@ -45,6 +45,33 @@ pub struct FollowOptions {
     pub poll_interval: Duration,
     /// How long [`Follower::stop`] may spend pushing what is left.
     pub final_sync_timeout: Duration,
+    /// How far local writers may run ahead of the sync before they are held back.
+    pub backlog: BacklogLimits,
+}
+
+/// The bound on what a replica holds unsynced. The follower measures its backlog (at
+/// most every 200 ms, and at every wakeup while writers wait) and gives the
+/// workspace's write gate the room left under `nodes`, none once `bytes` is reached:
+/// operations that add to the tree wait for room, and fail with ENOSPC after
+/// `wait_max` if the sync does not make any (its link is down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BacklogLimits {
+    /// Changed paths (nodes) not yet pushed.
+    pub nodes: u64,
+    /// Content of the changed files not yet pushed.
+    pub bytes: u64,
+    /// How long a held-back writer waits before its operation fails.
+    pub wait_max: Duration,
+}
+
+impl Default for BacklogLimits {
+    fn default() -> BacklogLimits {
+        BacklogLimits {
+            nodes: 100_000,
+            bytes: 1 << 30,
+            wait_max: Duration::from_secs(60),
+        }
+    }
 }
 
 impl FollowOptions {
@@ -58,6 +85,7 @@ impl FollowOptions {
             connect: ConnectOptions::default(),
             poll_interval: Duration::from_millis(50),
             final_sync_timeout: Duration::from_secs(10),
+            backlog: BacklogLimits::default(),
         }
     }
 }
@@ -140,6 +168,10 @@ pub struct FollowStatus {
     pub syncs: u64,
     /// The server gave our peer name to another replica: nothing here syncs any more.
     pub replaced: bool,
+    /// What waits to be pushed, as last measured.
+    pub backlog: computer_vfs::Backlog,
+    /// Whether writers are held back (the backlog passed its bound).
+    pub held_back: bool,
 }
 
 /// A request to the loop.
@@ -309,6 +341,9 @@ impl SyncClient {
     }
 }
 
+/// How often the backlog is measured at most (it costs a scan of what waits).
+const BACKLOG_MEASURE_INTERVAL: Duration = Duration::from_millis(200);
+
 fn seed_of(id: &str) -> u64 {
     id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
@@ -369,10 +404,19 @@ impl Follow {
         let mut last_seen = self.local_mark();
         let mut poll = tokio::time::interval(self.options.poll_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.workspace
+            .write_gate()
+            .set_wait_max(self.options.backlog.wait_max);
+        let mut last_measure = Instant::now();
+        self.regulate();
         loop {
             if replaced.is_none() && due && Instant::now() >= not_before {
                 let mark = self.local_mark();
-                match self.attempt(&mut connection).await {
+                let attempt = self.attempt(&mut connection).await;
+                // What the attempt delivered is room for writers.
+                last_measure = Instant::now();
+                self.regulate();
+                match attempt {
                     Ok((report, progressed)) => {
                         due = false;
                         last_seen = mark;
@@ -459,6 +503,12 @@ impl Follow {
                     }
                 }
             }
+            // Writers waiting for room: measure at every wakeup, not only now and then.
+            let waiting = self.workspace.write_gate().waiting() > 0;
+            if waiting || last_measure.elapsed() >= BACKLOG_MEASURE_INTERVAL {
+                last_measure = Instant::now();
+                self.regulate();
+            }
             if let Some(reason) = &replaced {
                 answer_all(&mut waiters, |intent| SyncOutcome::Lost {
                     intent,
@@ -485,6 +535,8 @@ impl Follow {
                     }
                     Some(Request::Stop(done)) => {
                         self.final_sync(&mut connection, replaced.is_some()).await;
+                        // Nobody drains the backlog any more: writers must not wait for it.
+                        self.workspace.write_gate().open();
                         answer_all(&mut waiters, |intent| SyncOutcome::Pending {
                             intent,
                             reason: "the replica is stopping".into(),
@@ -515,6 +567,48 @@ impl Follow {
                 _ = sleep_until(wake_at) => {}
             }
         }
+    }
+
+    /// Measures what waits to be pushed and gives the write gate the room left under
+    /// the bound: writers wait once it is used up, until the sync makes more.
+    fn regulate(&self) {
+        // A cache that never synced has delivered nothing.
+        let delivered = self
+            .cursors()
+            .map_or(Revision(0), |(_, delivered)| delivered.revision);
+        let Ok(backlog) = self.workspace.backlog(delivered) else {
+            return;
+        };
+        let limits = self.options.backlog;
+        let gate = self.workspace.write_gate();
+        let room = if backlog.bytes >= limits.bytes {
+            0
+        } else {
+            limits.nodes.saturating_sub(backlog.nodes)
+        };
+        let was_held_back = self.status().held_back;
+        gate.set_room(
+            room,
+            "the replica's unsynced backlog is full (the sync is behind)",
+        );
+        if room == 0 && !was_held_back {
+            tracing::warn!(
+                nodes = backlog.nodes,
+                bytes = backlog.bytes,
+                "the unsynced backlog reached its bound: holding writers back until the sync \
+                 catches up"
+            );
+        } else if room > 0 && was_held_back {
+            tracing::info!(
+                nodes = backlog.nodes,
+                bytes = backlog.bytes,
+                "writers go on"
+            );
+        }
+        self.set_status(|s| {
+            s.backlog = backlog;
+            s.held_back = room == 0;
+        });
     }
 
     /// What tells local changes apart: the revision, and files closed but not ingested.

@@ -40,7 +40,9 @@ pub(crate) mod sync_capnp;
 
 pub use authority::{Authority, PeerSession};
 pub use error::{Error, Result};
-pub use follow::{FollowOptions, FollowStatus, Follower, Intent, SyncClient, SyncOutcome};
+pub use follow::{
+    BacklogLimits, FollowOptions, FollowStatus, Follower, Intent, SyncClient, SyncOutcome,
+};
 pub use replica::{AppliedObserver, BatchLimits, Replica, SyncReport, Upstream, UPSTREAM};
 pub use retry::{Backoff, Next, RetryPolicy};
 pub use rpc::{Address, RemoteUpstream};

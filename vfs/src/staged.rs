@@ -75,6 +75,9 @@ impl Workspace {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
         }
+        if flags.write {
+            self.write_gate().pass()?;
+        }
         // A staging file can be evicted or deleted between looking it up and attaching
         // to it; then look again (a bounded number of times: each retry means another
         // thread made progress).
@@ -123,6 +126,7 @@ impl Workspace {
         flags: OpenFlags,
         passthrough: bool,
     ) -> Result<(Attr, Opened)> {
+        self.write_gate().pass()?;
         let Some(staging) = self.staging().filter(|_| passthrough) else {
             let (attr, handle) = self.create(parent, name, owner, flags)?;
             return Ok((

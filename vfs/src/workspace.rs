@@ -325,6 +325,14 @@ pub(crate) struct Inner {
     /// `security.capability` before the first write to every file; while no attribute
     /// was ever set, that is answered without touching the database.
     xattrs_maybe: std::sync::atomic::AtomicBool,
+    /// Writers pass it before adding to the tree (see `gate.rs`).
+    gate: crate::gate::WriteGate,
+}
+
+impl Inner {
+    pub(crate) fn gate(&self) -> &crate::gate::WriteGate {
+        &self.gate
+    }
 }
 
 impl Workspace {
@@ -449,6 +457,7 @@ impl Workspace {
                 dirty_total: AtomicUsize::new(0),
                 staging,
                 xattrs_maybe: std::sync::atomic::AtomicBool::new(true),
+                gate: Default::default(),
             }),
         };
         let any_xattr = workspace.inner.db.read(|conn| {
@@ -643,6 +652,7 @@ impl Workspace {
         if matches!(kind, FileKind::Directory | FileKind::Symlink) {
             return Err(Error::invalid("mknod cannot make directories or symlinks"));
         }
+        self.write_gate().pass()?;
         let now = self.now();
         self.inner.db.write(|txn| {
             Self::check_new_entry(txn, parent, name)?;
@@ -674,6 +684,7 @@ impl Workspace {
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: InodeNo, name: &[u8], owner: NewNode) -> Result<Attr> {
+        self.write_gate().pass()?;
         let now = self.now();
         self.inner.db.write(|txn| {
             Self::check_new_entry(txn, parent, name)?;
@@ -692,6 +703,7 @@ impl Workspace {
         target: &[u8],
         owner: NewNode,
     ) -> Result<Attr> {
+        self.write_gate().pass()?;
         if target.is_empty() {
             return Err(kind::NotFound());
         }
@@ -717,6 +729,7 @@ impl Workspace {
 
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        self.write_gate().pass()?;
         let now = self.now();
         let attr = self.inner.db.write(|txn| {
             let attr = store::attr(txn, ino)?;
@@ -1127,6 +1140,9 @@ impl Workspace {
 
     /// Opens a regular file.
     pub fn open_file(&self, ino: InodeNo, flags: OpenFlags) -> Result<FileHandle> {
+        if flags.write {
+            self.write_gate().pass()?;
+        }
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
         }
@@ -1336,6 +1352,7 @@ impl Workspace {
         offset_out: u64,
         len: u64,
     ) -> Result<u64> {
+        self.write_gate().pass()?;
         let staged_in = self.handle_staged(fh_in)?;
         let staged_out = self.handle_staged(fh_out)?;
         if staged_in.is_some() || staged_out.is_some() {
@@ -1431,6 +1448,7 @@ impl Workspace {
     /// `fallocate(2)` mode 0 and `FALLOC_FL_KEEP_SIZE`: make sure `[offset, offset + len)`
     /// is within the file. The store allocates on write, so nothing is reserved.
     pub fn allocate(&self, fh: FileHandle, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.write_gate().pass()?;
         if let Some((staged, flags)) = self.handle_staged(fh)? {
             return self.staged_allocate(&staged, flags, offset, len, keep_size);
         }
@@ -1523,6 +1541,7 @@ impl Workspace {
     }
 
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSet) -> Result<()> {
+        self.write_gate().pass()?;
         if name.is_empty() {
             return Err(Error::invalid("empty attribute name"));
         }
