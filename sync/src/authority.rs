@@ -150,6 +150,7 @@ impl PeerSession {
     pub fn put_blocks(&self, blocks: &[StoredBlock]) -> Result<usize> {
         self.require_peer()?;
         check_count("blocks", blocks.len(), BLOCKS_PER_CALL_MAX)?;
+        verify_all(blocks)?;
         self.workspace.sweep_loose_blocks(LOOSE_BLOCK_TTL)?;
         Ok(self.workspace.put_blocks(blocks)?)
     }
@@ -163,6 +164,8 @@ impl PeerSession {
     ) -> Result<Applied> {
         let peer = self.require_peer()?;
         check_count("entries", entries.len(), ENTRIES_PER_PAGE_MAX)?;
+        check_count("blocks", blocks.len(), BLOCKS_PER_CALL_MAX)?;
+        verify_all(blocks)?;
         match self
             .workspace
             .apply_push(peer, &self.replica_id, entries, blocks, through)
@@ -189,6 +192,21 @@ impl PeerSession {
             other => Ok(other?),
         }
     }
+}
+
+/// Refuses blocks whose bytes do not decode to their hash: the peer's fault, said as
+/// such (the store checks again, but its error could not tell a peer's bad block from
+/// damage of its own).
+fn verify_all(blocks: &[StoredBlock]) -> Result<()> {
+    for block in blocks {
+        if block.verify().is_err() {
+            return Err(Error::malformed(
+                "block",
+                "its bytes do not match its hash (or do not decode)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_count(what: &'static str, len: usize, max: usize) -> Result<()> {

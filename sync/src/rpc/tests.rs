@@ -284,3 +284,44 @@ fn a_tcp_server_on_port_zero_reports_its_port() {
     })
     .unwrap();
 }
+
+#[test]
+fn a_block_whose_bytes_do_not_match_its_hash_is_refused() {
+    let server = TestServer::start(ServeOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let local = Workspace::open(dir.path().join("replica.db"), Options::default()).unwrap();
+    local.fs().write_file("/f", [7u8; 100_000]).unwrap();
+    let client = ClientInfo {
+        replica_id: local.id().to_owned(),
+        peer: "tamper".into(),
+    };
+    run_local(async {
+        let (upstream, _) = connect(&server.address, TOKEN, client).await.unwrap();
+        let page = local
+            .changes_after(&computer_vfs::Cursor::START, 100, 1 << 30)
+            .unwrap();
+        let computer_vfs::EntryState::File { blocks, .. } = &page
+            .entries
+            .iter()
+            .find(|e| e.path == b"/f")
+            .unwrap()
+            .state
+        else {
+            panic!("not a file");
+        };
+        let mut block = local.stored_block(&blocks[0].hash).unwrap().unwrap();
+        let last = block.data.len() - 1;
+        block.data[last] ^= 1;
+        let put = upstream.put_blocks(std::slice::from_ref(&block)).await;
+        let Err(Error::Refused(why)) = put else {
+            panic!("a tampered block was not refused: {put:?}");
+        };
+        assert!(why.contains("hash"), "{why}");
+        let push = upstream.push(&page.entries, &[block], &page.next).await;
+        assert!(matches!(push, Err(Error::Refused(_))), "{push:?}");
+        // The connection is still good, and the server stored nothing.
+        assert_eq!(upstream.have_blocks(&[blocks[0].hash]).await.unwrap(), [false]);
+    })
+    .unwrap();
+    assert!(server.workspace.fs().stat("/f").is_err());
+}
