@@ -317,19 +317,25 @@ impl SyncClient {
             deadline: Instant::now() + timeout,
             answer,
         };
-        let stopped = || SyncOutcome::Pending {
+        let pending = |reason: &str| SyncOutcome::Pending {
             intent: intent.clone(),
-            reason: "the sync loop has stopped".into(),
+            reason: reason.to_owned(),
             failures: 0,
             retry_in: None,
         };
         if self.requests.send(Request::Sync(waiter)).is_err() {
-            return stopped();
+            return pending("the sync loop has stopped");
         }
-        // The loop answers by the deadline; a little slack for its own timer.
+        // The loop answers by the deadline, or once the attempt it is in the middle of
+        // ends (a large transfer); a little slack for its own timer.
         match answered.recv_timeout(timeout + Duration::from_secs(5)) {
             Ok(outcome) => outcome,
-            Err(_) => stopped(),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                pending("not complete in time: a sync is still running")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                pending("the sync loop has stopped")
+            }
         }
     }
 
