@@ -300,12 +300,8 @@ fn a_block_whose_bytes_do_not_match_its_hash_is_refused() {
         let page = local
             .changes_after(&computer_vfs::Cursor::START, 100, 1 << 30)
             .unwrap();
-        let computer_vfs::EntryState::File { blocks, .. } = &page
-            .entries
-            .iter()
-            .find(|e| e.path == b"/f")
-            .unwrap()
-            .state
+        let computer_vfs::EntryState::File { blocks, .. } =
+            &page.entries.iter().find(|e| e.path == b"/f").unwrap().state
         else {
             panic!("not a file");
         };
@@ -320,7 +316,10 @@ fn a_block_whose_bytes_do_not_match_its_hash_is_refused() {
         let push = upstream.push(&page.entries, &[block], &page.next).await;
         assert!(matches!(push, Err(Error::Refused(_))), "{push:?}");
         // The connection is still good, and the server stored nothing.
-        assert_eq!(upstream.have_blocks(&[blocks[0].hash]).await.unwrap(), [false]);
+        assert_eq!(
+            upstream.have_blocks(&[blocks[0].hash]).await.unwrap(),
+            [false]
+        );
     })
     .unwrap();
     assert!(server.workspace.fs().stat("/f").is_err());
