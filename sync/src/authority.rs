@@ -1,6 +1,6 @@
 //! The authoritative side of the protocol, without a transport: what each `Gate` and
 //! `Session` call does to the served workspace. The RPC server (`rpc.rs`) and the
-//! simulation (`sim.rs`) both drive these.
+//! simulation (`sim/`) both drive these.
 
 use computer_vfs::{Applied, BlockHash, ChangeEntry, ChangePage, Cursor, StoredBlock, Workspace};
 
@@ -118,8 +118,12 @@ impl PeerSession {
             .changes_for(peer, after, entries, max_bytes)?)
     }
 
+    /// Which of `hashes` the workspace stores. Loose blocks past their time are given
+    /// up on first: the probe must not promise a push blocks that the same push's
+    /// `put_blocks`, which sweeps, would take away before they are used.
     pub fn have_blocks(&self, hashes: &[BlockHash]) -> Result<Vec<bool>> {
         check_count("hashes", hashes.len(), HASHES_PER_CALL_MAX)?;
+        self.workspace.sweep_loose_blocks(LOOSE_BLOCK_TTL)?;
         Ok(self.workspace.has_blocks(hashes)?)
     }
 

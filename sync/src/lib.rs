@@ -17,6 +17,7 @@ pub mod follow;
 pub mod replica;
 pub mod retry;
 pub mod rpc;
+pub mod sim;
 mod types;
 pub mod wire;
 

@@ -16,6 +16,10 @@ use crate::{Error, Result, ServerInfo};
 /// The name a replica knows its upstream by (its one peer record).
 pub const UPSTREAM: &str = "upstream";
 
+/// How often a pull applies one page, fetching again the blocks local changes freed
+/// in between, before it gives up on the sync.
+const PULL_APPLY_ATTEMPTS: usize = 4;
+
 /// The calls a replica makes on the authoritative side. Every call may fail with
 /// [`Error::Disconnected`]; whatever was applied before stays applied.
 #[allow(async_fn_in_trait)]
@@ -182,39 +186,30 @@ impl Replica {
                 ));
             }
             let wanted = file_blocks(&page.entries);
-            let have = self.workspace.has_blocks(&wanted)?;
-            let missing: Vec<BlockHash> = wanted
-                .iter()
-                .zip(have)
-                .filter(|(_, have)| !have)
-                .map(|(h, _)| *h)
-                .collect();
-            // Fetched blocks are held loose until the page lands: memory stays at one
-            // call's worth, however large the files.
-            let mut next = 0;
-            while next < missing.len() {
-                let ask = &missing[next..(next + HASHES_PER_CALL_MAX).min(missing.len())];
-                let blocks = upstream.get_blocks(ask).await?;
-                if blocks.is_empty() {
-                    return Err(Error::Remote("the server sent no blocks".into()));
-                }
-                for (block, hash) in blocks.iter().zip(ask) {
-                    if block.hash != *hash {
-                        return Err(Error::Remote("the server sent blocks out of order".into()));
+            let mut missing = self.missing(&wanted)?;
+            let mut attempts = 0;
+            let applied = loop {
+                self.fetch(upstream, &missing, report).await?;
+                attempts += 1;
+                match self.workspace.apply_pull(
+                    UPSTREAM,
+                    &self.upstream_id,
+                    &page.entries,
+                    &[],
+                    &page.next,
+                ) {
+                    Ok(applied) => break applied,
+                    Err(error) => {
+                        // A local change since the probe may have freed a block the page
+                        // shares with a local file (fetched ones are held until the page
+                        // lands; those found here were not): fetch what is missing now.
+                        missing = self.missing(&wanted)?;
+                        if missing.is_empty() || attempts == PULL_APPLY_ATTEMPTS {
+                            return Err(error.into());
+                        }
                     }
                 }
-                report.blocks_in += blocks.len();
-                report.bytes_in += blocks.iter().map(|b| b.data.len() as u64).sum::<u64>();
-                self.workspace.put_blocks(&blocks)?;
-                next += blocks.len();
-            }
-            let applied = self.workspace.apply_pull(
-                UPSTREAM,
-                &self.upstream_id,
-                &page.entries,
-                &[],
-                &page.next,
-            )?;
+            };
             report.pulled += page.entries.len();
             if let Some(observer) = &self.observer {
                 if !applied.paths.is_empty() {
@@ -295,6 +290,46 @@ impl Replica {
                 return Ok(());
             }
         }
+    }
+
+    /// Which of `wanted` this workspace does not store.
+    fn missing(&self, wanted: &[BlockHash]) -> Result<Vec<BlockHash>> {
+        let have = self.workspace.has_blocks(wanted)?;
+        Ok(wanted
+            .iter()
+            .zip(have)
+            .filter(|(_, have)| !have)
+            .map(|(h, _)| *h)
+            .collect())
+    }
+
+    /// Fetches `missing` from upstream, a call's worth at a time. The blocks are held
+    /// loose until the page that uses them lands: memory stays at one call's worth,
+    /// however large the files.
+    async fn fetch<U: Upstream>(
+        &self,
+        upstream: &U,
+        missing: &[BlockHash],
+        report: &mut SyncReport,
+    ) -> Result<()> {
+        let mut next = 0;
+        while next < missing.len() {
+            let ask = &missing[next..(next + HASHES_PER_CALL_MAX).min(missing.len())];
+            let blocks = upstream.get_blocks(ask).await?;
+            if blocks.is_empty() {
+                return Err(Error::Remote("the server sent no blocks".into()));
+            }
+            for (block, hash) in blocks.iter().zip(ask) {
+                if block.hash != *hash {
+                    return Err(Error::Remote("the server sent blocks out of order".into()));
+                }
+            }
+            report.blocks_in += blocks.len();
+            report.bytes_in += blocks.iter().map(|b| b.data.len() as u64).sum::<u64>();
+            self.workspace.put_blocks(&blocks)?;
+            next += blocks.len();
+        }
+        Ok(())
     }
 
     async fn put<U: Upstream>(

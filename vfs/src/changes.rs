@@ -12,7 +12,7 @@
 //! the reference system). Applying a state equal to the current one changes nothing,
 //! so applying a page twice, or a sender's echo of our own change, is a no-op.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -23,6 +23,11 @@ use crate::error::{Error, Result, StorageContext};
 use crate::store;
 use crate::types::*;
 use crate::workspace::Workspace;
+
+/// The full scan the revision walk of `log.rs` replaced, kept as the walk's oracle.
+#[cfg(test)]
+#[path = "changes_full_scan.rs"]
+pub(crate) mod full_scan;
 
 /// A position in a workspace's change log: everything up to revision `revision`, and
 /// within that revision every path up to `path`, has been seen. Within a revision,
@@ -136,22 +141,6 @@ impl StoredBlock {
     }
 }
 
-/// A candidate in page order: (revision, order key, path, node).
-type Ordered = (Revision, Vec<u8>, Vec<u8>, Option<InodeNo>);
-
-/// What changed from a revision on: live paths, and removed paths with the revision
-/// of their last removal.
-struct Candidates {
-    live: BTreeMap<Vec<u8>, Candidate>,
-    removed: BTreeMap<Vec<u8>, Revision>,
-}
-
-/// A path's candidate entry while a page is assembled.
-struct Candidate {
-    revision: Revision,
-    ino: Option<InodeNo>,
-}
-
 /// The order of paths within a revision: byte order with a 0xFF byte appended, which puts
 /// `/a/x` (`/a/x\xff`) before `/a` (`/a\xff`), since `/` < 0xFF. Distinct paths give
 /// distinct keys.
@@ -167,90 +156,43 @@ pub fn cursor_at_or_after(cursor: &Cursor, other: &Cursor) -> bool {
     (cursor.revision, order_key(&cursor.path)) >= (other.revision, order_key(&other.path))
 }
 
-fn join_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut path = dir.to_vec();
-    if path != b"/" {
-        path.push(b'/');
-    }
-    path.extend_from_slice(name);
-    path
-}
-
 impl Workspace {
     /// The state of every path that changed after `cursor`, in (revision, path) order,
     /// at most `entries_max` entries and about `bytes_max` bytes of file content (at
-    /// least one entry, whatever its size).
+    /// least one entry, whatever its size). `log.rs` has how it is read.
     pub fn changes_after(
         &self,
         cursor: &Cursor,
         entries_max: usize,
         bytes_max: u64,
     ) -> Result<ChangePage> {
+        self.changes_after_skipping(cursor, entries_max, bytes_max, &mut |_, _| Ok(false))
+    }
+
+    /// [`Workspace::changes_after`], passing over whole the revisions `skip` names (a
+    /// peer's own batches, which it must not get back).
+    pub(crate) fn changes_after_skipping(
+        &self,
+        cursor: &Cursor,
+        entries_max: usize,
+        bytes_max: u64,
+        skip: &mut dyn FnMut(&Connection, Revision) -> Result<bool>,
+    ) -> Result<ChangePage> {
         self.commit_all()?;
         self.settle_staged()?;
-        let entries_max = entries_max.max(1);
+        // Only committed revisions: a batch still open could be lost in a crash, and its
+        // revision numbers taken again by other changes after a peer was told of them.
+        self.db().commit()?;
         self.db().read(|conn| {
-            let (revision, _, _, _) = crate::db::read_counters(conn)?;
-            // From the cursor's revision on, inclusive: its later paths are still to come.
-            let candidates = collect_candidates(conn, cursor.revision)?;
-            let after = (cursor.revision, order_key(&cursor.path));
-            let Candidates { live, removed } = candidates;
-            // A path removed and later filled again gets both entries: the removal first,
-            // so nothing that was below the old node survives on the receiver. Removed
-            // and filled in one mutation (rename over a file or an empty directory), the
-            // new state says it all.
-            let removals: Vec<Ordered> = removed
-                .into_iter()
-                .filter(|(path, rev)| live.get(path).is_none_or(|c| c.revision > *rev))
-                .map(|(path, rev)| (rev, order_key(&path), path, None))
-                .collect();
-            let mut ordered: Vec<Ordered> = live
-                .into_iter()
-                .map(|(path, c)| (c.revision, order_key(&path), path, c.ino))
-                .chain(removals)
-                .filter(|(rev, key, _, _)| (*rev, key) > (after.0, &after.1))
-                .collect();
-            ordered.sort();
-            let mut entries = Vec::new();
-            let mut bytes = 0u64;
-            let total = ordered.len();
-            for (taken, (rev, _, path, ino)) in ordered.into_iter().enumerate() {
-                if entries.len() >= entries_max || (bytes >= bytes_max && !entries.is_empty()) {
-                    let next = entries
-                        .last()
-                        .map(Cursor::after)
-                        .unwrap_or_else(|| cursor.clone());
-                    return Ok(ChangePage {
-                        entries,
-                        next,
-                        complete: false,
-                        revision,
-                    });
-                }
-                let state = match ino {
-                    None => EntryState::Removed,
-                    Some(ino) => entry_state(conn, ino)?,
-                };
-                let entry = ChangeEntry {
-                    revision: rev,
-                    path,
-                    state,
-                    base: Cursor::START,
-                };
-                bytes += entry.weight();
-                entries.push(entry);
-                debug_assert!(taken < total);
-            }
-            let next = entries
-                .last()
-                .map(Cursor::after)
-                .unwrap_or_else(|| cursor.clone());
-            Ok(ChangePage {
-                entries,
-                next,
-                complete: true,
-                revision,
-            })
+            crate::log::page(
+                conn,
+                self.inner().log_cache(),
+                cursor,
+                entries_max,
+                bytes_max,
+                skip,
+                &entry_state,
+            )
         })
     }
 
@@ -336,6 +278,15 @@ impl Workspace {
         let before = self
             .now()
             .saturating_sub(age.as_nanos().min(i64::MAX as u128) as i64);
+        // Most calls find nothing due (a probe asks before every push): no write then.
+        let due = self.db().read(|conn| {
+            conn.prepare_cached("SELECT 1 FROM loose_blocks WHERE at <= ?1 LIMIT 1")
+                .and_then(|mut s| s.exists([before]))
+                .ctx("reading loose blocks")
+        })?;
+        if !due {
+            return Ok(0);
+        }
         let cache = self.block_cache();
         self.db().write(|txn| {
             txn.keep_revision();
@@ -356,9 +307,13 @@ impl Workspace {
     /// mismatch refuses the whole batch). States equal to the current ones change
     /// nothing. Returns how many paths changed.
     pub fn apply_changes(&self, entries: &[ChangeEntry], blocks: &[StoredBlock]) -> Result<usize> {
-        let applied =
-            self.apply_changes_with(blocks, |_| Ok(Ok::<_, ()>(entries.to_vec())), |_| Ok(()))?;
-        Ok(applied.unwrap_or(0))
+        let applied = self.apply_changes_with(
+            blocks,
+            &[],
+            |_| Ok(Ok::<_, ()>(entries.to_vec())),
+            |_| Ok(()),
+        )?;
+        Ok(applied.map_or(0, |(changed, _)| changed))
     }
 
     /// [`Workspace::apply_changes`] with the entries decided inside the transaction:
@@ -366,12 +321,19 @@ impl Workspace {
     /// between) and returns the entries, or `Err(T)` to write nothing and hand `T` back.
     /// `also` runs in the same transaction after the entries (to record the cursor the
     /// batch covers).
+    ///
+    /// `hold` names blocks a later transaction of the same batch will use (a batch
+    /// applied in parts): each stored one that this one would otherwise free gets a
+    /// loose hold instead, whose id is returned with the count of changed paths; the
+    /// caller drops what is left of them once the batch is done
+    /// ([`Workspace::release_held`]).
     pub(crate) fn apply_changes_with<T>(
         &self,
         blocks: &[StoredBlock],
+        hold: &[BlockHash],
         plan: impl FnOnce(&WriteTxn<'_>) -> Result<std::result::Result<Vec<ChangeEntry>, T>>,
         also: impl FnOnce(&WriteTxn<'_>) -> Result<()>,
-    ) -> Result<std::result::Result<usize, T>> {
+    ) -> Result<std::result::Result<(usize, Vec<i64>), T>> {
         for block in blocks {
             block.verify()?;
         }
@@ -401,10 +363,32 @@ impl Workspace {
                     }
                 }
             }
+            let mut held_for_later = Vec::new();
+            for hash in hold {
+                if let Some(id) = content::retain_by_hash(txn, hash)? {
+                    held_for_later.push(id);
+                }
+            }
             let mut changed = 0;
             for entry in &entries {
                 if apply_entry(self, txn, cache, entry, &supplied, now)? {
                     changed += 1;
+                }
+            }
+            let mut held = Vec::new();
+            for id in held_for_later {
+                let loose = txn
+                    .prepare_cached("SELECT 1 FROM loose_blocks WHERE id = ?1")
+                    .and_then(|mut s| s.exists([id]))
+                    .ctx("reading loose blocks")?;
+                if loose || held.contains(&id) {
+                    content::release_block(txn, cache, id)?;
+                } else {
+                    // The pin becomes the hold: the block survives this transaction.
+                    txn.prepare_cached("INSERT INTO loose_blocks (id, at) VALUES (?1, ?2)")
+                        .and_then(|mut s| s.execute(rusqlite::params![id, now]))
+                        .ctx("holding a loose block")?;
+                    held.push(id);
                 }
             }
             for id in pinned {
@@ -423,7 +407,30 @@ impl Workspace {
                 txn.keep_revision();
             }
             also(txn)?;
-            Ok(Ok(changed))
+            Ok(Ok((changed, held)))
+        })
+    }
+
+    /// Drops the loose holds `ids` that [`Workspace::apply_changes_with`] made for a
+    /// batch in parts and no part used, deleting blocks nothing else uses.
+    pub(crate) fn release_held(&self, ids: &[i64]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let cache = self.block_cache();
+        self.db().write(|txn| {
+            txn.keep_revision();
+            txn.skip_quota();
+            for &id in ids {
+                let loose = txn
+                    .prepare_cached("SELECT 1 FROM loose_blocks WHERE id = ?1")
+                    .and_then(|mut s| s.exists([id]))
+                    .ctx("reading loose blocks")?;
+                if loose {
+                    release_loose(txn, cache, id)?;
+                }
+            }
+            Ok(())
         })
     }
 }
@@ -436,127 +443,8 @@ fn release_loose(txn: &mut WriteTxn<'_>, cache: &content::BlockCache, id: i64) -
     content::release_block(txn, cache, id)
 }
 
-/// Every path changed at or after revision `from`, with its revision and node (`None`:
-/// removed).
-fn collect_candidates(conn: &Connection, from: Revision) -> Result<Candidates> {
-    let mut out: BTreeMap<Vec<u8>, Candidate> = BTreeMap::new();
-    let mut offer = |out: &mut BTreeMap<Vec<u8>, Candidate>,
-                     path: Vec<u8>,
-                     revision: Revision,
-                     ino: Option<InodeNo>| {
-        match out.get(&path) {
-            Some(existing) if existing.revision >= revision => {}
-            _ => {
-                out.insert(path, Candidate { revision, ino });
-            }
-        }
-    };
-    // Removed paths.
-    let mut stmt = conn
-        .prepare_cached("SELECT revision, path FROM tombstones WHERE revision >= ?1")
-        .ctx("reading tombstones")?;
-    let rows = stmt
-        .query_map([from.0 as i64], |r| {
-            Ok((
-                Revision(r.get::<_, i64>(0)? as u64),
-                r.get::<_, Vec<u8>>(1)?,
-            ))
-        })
-        .ctx("reading tombstones")?;
-    let mut removed: BTreeMap<Vec<u8>, Revision> = BTreeMap::new();
-    for row in rows {
-        let (revision, path) = row.ctx("reading tombstones")?;
-        let latest = removed.entry(path).or_default();
-        *latest = (*latest).max(revision);
-    }
-    // Changed nodes, at each of their paths; a directory bound after the cursor brings
-    // its subtree along.
-    let mut stmt = conn
-        .prepare_cached("SELECT ino, revision FROM nodes WHERE revision >= ?1 AND nlink > 0")
-        .ctx("reading changed nodes")?;
-    let rows = stmt
-        .query_map([from.0 as i64], |r| {
-            Ok((
-                InodeNo(r.get::<_, i64>(0)? as u64),
-                Revision(r.get::<_, i64>(1)? as u64),
-            ))
-        })
-        .ctx("reading changed nodes")?;
-    let changed: Vec<(InodeNo, Revision)> = rows
-        .collect::<rusqlite::Result<_>>()
-        .ctx("reading changed nodes")?;
-    for (ino, revision) in changed {
-        if ino == InodeNo::ROOT {
-            offer(&mut out, b"/".to_vec(), revision, Some(ino));
-            continue;
-        }
-        for (parent, name, bound_at) in names_of(conn, ino)? {
-            let Ok(dir) = store::dir_path(conn, parent) else {
-                continue;
-            };
-            let path = join_path(&dir, &name);
-            let rev = revision.max(bound_at);
-            offer(&mut out, path.clone(), rev, Some(ino));
-            if bound_at >= from {
-                let attr = store::attr(conn, ino)?;
-                if attr.is_dir() {
-                    add_subtree(conn, ino, &path, bound_at, &mut out, &mut offer)?;
-                }
-            }
-        }
-    }
-    Ok(Candidates { live: out, removed })
-}
-
-type Offer<'a> =
-    dyn FnMut(&mut BTreeMap<Vec<u8>, Candidate>, Vec<u8>, Revision, Option<InodeNo>) + 'a;
-
-/// Offers every path below directory `dir` (at `path`) at least at revision `bound_at`.
-fn add_subtree(
-    conn: &Connection,
-    dir: InodeNo,
-    path: &[u8],
-    bound_at: Revision,
-    out: &mut BTreeMap<Vec<u8>, Candidate>,
-    offer: &mut Offer<'_>,
-) -> Result<()> {
-    let mut stack = vec![(dir, path.to_vec())];
-    while let Some((dir, dir_path)) = stack.pop() {
-        for (entry, attr) in store::list_plus(conn, dir, 0, usize::MAX)? {
-            let child = join_path(&dir_path, &entry.name);
-            offer(
-                out,
-                child.clone(),
-                attr.revision.max(bound_at),
-                Some(attr.ino),
-            );
-            if attr.is_dir() {
-                stack.push((attr.ino, child));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The entries naming `ino`: (parent, name, revision the entry was made).
-fn names_of(conn: &Connection, ino: InodeNo) -> Result<Vec<(InodeNo, Vec<u8>, Revision)>> {
-    let mut stmt = conn
-        .prepare_cached("SELECT parent, name, revision FROM dirents WHERE ino = ?1")
-        .ctx("reading names")?;
-    let rows = stmt
-        .query_map([ino.0 as i64], |r| {
-            Ok((
-                InodeNo(r.get::<_, i64>(0)? as u64),
-                r.get::<_, Vec<u8>>(1)?,
-                Revision(r.get::<_, i64>(2)? as u64),
-            ))
-        })
-        .ctx("reading names")?;
-    rows.collect::<rusqlite::Result<_>>().ctx("reading names")
-}
-
 /// The replicable state of node `ino`.
-fn entry_state(conn: &Connection, ino: InodeNo) -> Result<EntryState> {
+pub(crate) fn entry_state(conn: &Connection, ino: InodeNo) -> Result<EntryState> {
     let attr = store::attr(conn, ino)?;
     Ok(match attr.kind {
         FileKind::Directory => EntryState::Directory {
@@ -704,12 +592,10 @@ fn apply_entry(
                 now,
             )?;
             store::insert_dirent(txn, parent, &name, ino)?;
-            store::count_subdirs(txn, parent, 0)?;
         }
         EntryState::File { perm, .. } => {
             let ino = store::insert_node(txn, FileKind::File, NewNode::new(*perm), 0, None, now)?;
             store::insert_dirent(txn, parent, &name, ino)?;
-            store::count_subdirs(txn, parent, 0)?;
             replace_file(txn, cache, ino, &entry.state, supplied, now)?;
         }
     }
@@ -822,12 +708,15 @@ fn remove_path(
     if name.is_empty() {
         return Err(Error::invalid("cannot remove the root"));
     }
-    // The parent's times come from its own state, not from this removal.
+    // The parent's times come from its own state, not from this removal, and so does
+    // its revision: the removal is the entry's change (its tombstone), and an unpushed
+    // change of ours to the parent must not pass for received (`store::set_revision`).
     let before = store::attr(txn, parent)?;
     ws.remove_tree_in(txn, parent, &name, now)?;
     let mut after = store::attr(txn, parent)?;
     after.mtime = before.mtime;
-    store::store_attr(txn, &after)
+    store::store_attr(txn, &after)?;
+    store::set_revision(txn, parent, before.revision)
 }
 
 /// Creates the missing directories above `path`; returns its parent and name.

@@ -345,7 +345,10 @@ pub(crate) fn release_block(txn: &mut WriteTxn<'_>, cache: &BlockCache, id: i64)
         .ctx("releasing a block")?;
     let row: Option<(i64, i64)> = txn
         .prepare_cached("SELECT refcount, stored_len FROM blocks WHERE id = ?1")
-        .and_then(|mut stmt| stmt.query_row([id], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+        .and_then(|mut stmt| {
+            stmt.query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
         .ctx("releasing a block")?;
     let Some((refcount, stored)) = row else {
         return Err(Error::corrupt(format!("extent names missing block {id}")));

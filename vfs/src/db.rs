@@ -21,7 +21,7 @@ use crate::error::{Error, Result, StorageContext};
 use crate::types::{Quota, Revision};
 
 /// The schema version this code writes. Opening a database of another version fails.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = r#"
 CREATE TABLE meta (
@@ -130,6 +130,14 @@ CREATE TABLE loose_blocks (
     id INTEGER PRIMARY KEY,
     at INTEGER NOT NULL
 );
+"#;
+
+/// The indexes that let the change log be read a revision at a time (schema version
+/// 3, `log.rs`): entries by the revision that made them, removals by path. A version 2
+/// database gains them when opened for writing (building them reads each table once).
+const LOG_INDEXES: &str = r#"
+CREATE INDEX IF NOT EXISTS dirents_by_revision ON dirents (revision);
+CREATE INDEX IF NOT EXISTS tombstones_by_path ON tombstones (path, revision);
 "#;
 
 /// How to open a database.
@@ -812,17 +820,23 @@ fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
         )
         .optional()
         .ctx("reading the schema version")?;
-    let version = match version {
-        Some(1) if !options.read_only => {
-            conn.execute_batch(&format!(
-                "BEGIN IMMEDIATE; {REPLICATION_TABLES}
-                 UPDATE meta SET value = 2 WHERE key = 'schema_version'; COMMIT;"
-            ))
-            .ctx("upgrading the schema to version 2")?;
-            Some(2)
-        }
-        other => other,
-    };
+    let mut version = version;
+    if version == Some(1) && !options.read_only {
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {REPLICATION_TABLES}
+             UPDATE meta SET value = 2 WHERE key = 'schema_version'; COMMIT;"
+        ))
+        .ctx("upgrading the schema to version 2")?;
+        version = Some(2);
+    }
+    if version == Some(2) && !options.read_only {
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {LOG_INDEXES}
+             UPDATE meta SET value = 3 WHERE key = 'schema_version'; COMMIT;"
+        ))
+        .ctx("upgrading the schema to version 3")?;
+        version = Some(3);
+    }
     if version != Some(SCHEMA_VERSION) {
         return Err(Error::corrupt(format!(
             "schema version {version:?}, this build reads version {SCHEMA_VERSION}"
@@ -865,6 +879,7 @@ fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
         conn.execute_batch(SCHEMA).ctx("creating the schema")?;
         conn.execute_batch(REPLICATION_TABLES)
             .ctx("creating the schema")?;
+        conn.execute_batch(LOG_INDEXES).ctx("creating the schema")?;
         let sizes = options.chunk_sizes;
         let meta: [(&str, rusqlite::types::Value); 5] = [
             ("schema_version", SCHEMA_VERSION.into()),

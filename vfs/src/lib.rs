@@ -26,6 +26,7 @@ mod error;
 mod fs;
 mod gate;
 mod ingest;
+mod log;
 mod peers;
 mod search;
 mod staged;

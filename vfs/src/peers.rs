@@ -19,7 +19,11 @@
 //! - a change of the receiver's is *unseen* by an incoming change when the incoming
 //!   change's base does not cover it and it was not received from that peer; only
 //!   unseen changes can conflict with the peer's. (The peer's cursor *now* would not
-//!   do: a removal made before a pull must not take what that pull brought.)
+//!   do: a removal made before a pull must not take what that pull brought.) A path
+//!   is judged as the change log lists it, at the latest revision of its node and of
+//!   the entries on the way to it: what came into a tree with an unseen move of a
+//!   directory above it is unseen however old its own entries, and a directory of ours
+//!   that took the peer's state since (directories merge) is the one the peer knows;
 //! - changes received from a peer are never sent back to it.
 //!
 //! Conflicts lose nothing. When both sides changed what is at a path, the authoritative
@@ -31,6 +35,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::block::BlockHash;
 use crate::changes::{self, ChangeEntry, ChangePage, Cursor, EntryState, StoredBlock};
 use crate::error::{Error, Result, StorageContext};
 use crate::store;
@@ -174,12 +179,17 @@ fn received_from(conn: &Connection, revision: Revision, peer: &str) -> Result<bo
         .ctx("reading received revisions")
 }
 
-/// A node found at a path, with whether the way to it changed unseen by the peer.
+/// A node found at a path, with whether its binding there is unseen by the peer.
 struct Found {
     parent: InodeNo,
     ino: InodeNo,
     attr: Attr,
-    /// A directory on the way or the entry itself was bound unseen.
+    /// The latest revision of the entries on the way to the node, its own included:
+    /// when the path last got bound (what the change log lists the path's subtree at).
+    bound_at: Revision,
+    /// That binding is unseen, and no state the peer sent for the path came after it.
+    /// (A directory of ours that took the peer's state, as directories merge, is the
+    /// one the peer knows at that path, however new our binding of it.)
     bound_unseen: bool,
 }
 
@@ -187,14 +197,11 @@ struct Found {
 fn find(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<Option<Found>> {
     let mut ino = InodeNo::ROOT;
     let mut parent = InodeNo::ROOT;
-    let mut walked = Vec::with_capacity(path.len());
-    let mut bound_unseen = false;
+    let mut bound_at = Revision(0);
     for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
         if !store::attr(conn, ino)?.is_dir() {
             return Ok(None);
         }
-        walked.push(b'/');
-        walked.extend_from_slice(part);
         let bound: Option<(i64, i64)> = conn
             .prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
             .and_then(|mut s| {
@@ -202,40 +209,84 @@ fn find(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<Option<Fo
                     .optional()
             })
             .ctx("reading an entry")?;
-        let Some((child, bound_at)) = bound else {
+        let Some((child, child_bound_at)) = bound else {
             return Ok(None);
         };
-        bound_unseen = bound_unseen || view.unseen(conn, Revision(bound_at as u64), &walked)?;
+        bound_at = bound_at.max(Revision(child_bound_at as u64));
         parent = ino;
         ino = InodeNo(child as u64);
     }
     let attr = store::attr(conn, ino)?;
+    let taken_from_peer =
+        attr.revision > bound_at && received_from(conn, attr.revision, view.peer)?;
+    let bound_unseen = !taken_from_peer && view.unseen(conn, bound_at, path)?;
     Ok(Some(Found {
         parent,
         ino,
         attr,
+        bound_at,
         bound_unseen,
     }))
+}
+
+/// The first node on the way to `path` (above it) that is not a directory, with its
+/// path; `None` when the way is clear or ends at a missing directory.
+fn find_blocker(
+    conn: &Connection,
+    path: &[u8],
+    view: &PeerView<'_>,
+) -> Result<Option<(Vec<u8>, Found)>> {
+    let parts: Vec<&[u8]> = path
+        .split(|&b| b == b'/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let mut ino = InodeNo::ROOT;
+    let mut walked = Vec::with_capacity(path.len());
+    for part in parts.iter().take(parts.len().saturating_sub(1)) {
+        walked.push(b'/');
+        walked.extend_from_slice(part);
+        let Some(child) = store::lookup(conn, ino, part)? else {
+            return Ok(None);
+        };
+        if !store::attr(conn, child)?.is_dir() {
+            return Ok(find(conn, &walked, view)?.map(|found| (walked, found)));
+        }
+        ino = child;
+    }
+    Ok(None)
 }
 
 /// A node below a directory, found by [`subtree`].
 struct Below {
     path: Vec<u8>,
     is_dir: bool,
-    /// Its own entry or (for a non-directory) its content changed unseen.
+    /// Its path's state changed unseen: its node (a file's content, a directory's
+    /// children or mode), or an entry on the way to it from the directory's binding on.
     unseen: bool,
 }
 
-/// Everything below directory `ino` (at `path`), parents before children.
+/// Everything below directory `ino` (at `path`, bound there at `bound_at`), parents
+/// before children.
+///
+/// Whether the peer has seen a path is decided as the change log lists it: at the
+/// latest revision of its node and of the entries on the way to it. So a node that
+/// came into the tree with an unseen move of a directory above it is unseen, however
+/// old its own entries (the peer never had it at this path); one the peer sent after
+/// such a move (a directory's state, as directories merge) is seen; and a directory
+/// whose revision moved past the peer's base (a child added or removed, its mode
+/// changed, a restamp) may never have reached the peer, however old its entry. A peer
+/// that pulled it only after making a removal has it still: removing it here, in a
+/// batch never sent back, would leave the sides different for good.
 fn subtree(
     conn: &Connection,
     ino: InodeNo,
     path: &[u8],
+    bound_at: Revision,
     view: &PeerView<'_>,
 ) -> Result<Vec<Below>> {
     let mut out = Vec::new();
-    let mut stack = vec![(ino, path.to_vec())];
-    while let Some((dir, dir_path)) = stack.pop() {
+    let mut stack = vec![(ino, path.to_vec(), bound_at)];
+    while let Some((dir, dir_path, dir_bound_at)) = stack.pop() {
         let children: Vec<(i64, Vec<u8>, i64)> = conn
             .prepare_cached("SELECT ino, name, revision FROM dirents WHERE parent = ?1")
             .and_then(|mut s| {
@@ -243,7 +294,7 @@ fn subtree(
                     .collect()
             })
             .ctx("listing a directory")?;
-        for (child, name, bound_at) in children {
+        for (child, name, child_bound_at) in children {
             let child = InodeNo(child as u64);
             let mut child_path = dir_path.clone();
             if child_path != b"/" {
@@ -251,16 +302,11 @@ fn subtree(
             }
             child_path.extend_from_slice(&name);
             let attr = store::attr(conn, child)?;
-            let mut unseen = view.unseen(conn, Revision(bound_at as u64), &child_path)?;
-            // A directory's own revision moves with every child added or removed; what
-            // matters is its children, each checked on its own.
-            if !attr.is_dir() {
-                unseen = unseen
-                    || view.dirty.contains(&child)
-                    || view.unseen(conn, attr.revision, &child_path)?;
-            }
+            let bound_at = dir_bound_at.max(Revision(child_bound_at as u64));
+            let unseen = (!attr.is_dir() && view.dirty.contains(&child))
+                || view.unseen(conn, bound_at.max(attr.revision), &child_path)?;
             if attr.is_dir() {
-                stack.push((child, child_path.clone()));
+                stack.push((child, child_path.clone(), bound_at));
             }
             out.push(Below {
                 path: child_path,
@@ -280,21 +326,46 @@ enum Meeting {
     Same,
     /// An unseen version of ours is at the path and the entry would replace it.
     Clash,
-    /// The entry removes a directory holding unseen changes: remove only what the
-    /// peer had seen, keep the rest.
+    /// Both sides have a directory at the path and ours changed unseen: their children
+    /// merge, and the authoritative side's mode and times stay.
+    BothDirectories,
+    /// An unseen non-directory of ours is at `at`, above the path, where the entry
+    /// needs a directory (the peer made one there): the same clash, one level up.
+    /// `parent` is its directory, `revision` its node's.
+    Blocked {
+        at: Vec<u8>,
+        parent: InodeNo,
+        revision: Revision,
+    },
+    /// The entry removes a directory holding unseen changes (or one that is itself an
+    /// unseen change): remove only what the peer had seen, keep the rest.
     RemoveSeen(Removal),
-    /// The entry removes an unseen version of ours: refused.
+    /// The entry removes an unseen file or symlink of ours: refused (and it is stamped
+    /// as ours again, so it goes back to the remover).
     KeepOurs,
 }
 
 fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<Meeting> {
     let Some(found) = find(conn, &entry.path, view)? else {
-        // Nothing here: a removal has nothing to do, anything else simply lands.
-        return Ok(if entry.state == EntryState::Removed {
-            Meeting::Same
-        } else {
-            Meeting::Apply
-        });
+        // Nothing here: a removal has nothing to do, anything else lands, unless a
+        // version of ours that the peer never saw stands where it needs a directory.
+        if entry.state == EntryState::Removed {
+            return Ok(Meeting::Same);
+        }
+        if let Some((at, blocker)) = find_blocker(conn, &entry.path, view)? {
+            let unseen = blocker.bound_unseen
+                || view.dirty.contains(&blocker.ino)
+                || view.unseen(conn, blocker.attr.revision, &at)?;
+            if unseen {
+                return Ok(Meeting::Blocked {
+                    at,
+                    parent: blocker.parent,
+                    revision: blocker.attr.revision,
+                });
+            }
+        }
+        // (A seen one the peer replaced with a directory: applying the entry drops it.)
+        return Ok(Meeting::Apply);
     };
     if !view.dirty.contains(&found.ino) && changes::same_state(conn, &found.attr, &entry.state)? {
         return Ok(Meeting::Same);
@@ -302,9 +373,16 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
     if found.attr.is_dir() {
         if matches!(entry.state, EntryState::Directory { .. }) {
             // Directories merge: their content is their children, each its own entry.
+            // Their own state (mode, times) is the authoritative side's when ours
+            // changed unseen, as a file's would be: applied both ways, the states of
+            // two messages that crossed (a push held up while its sender pulled) would
+            // swap between the sides.
+            if view.unseen(conn, found.attr.revision, &entry.path)? {
+                return Ok(Meeting::BothDirectories);
+            }
             return Ok(Meeting::Apply);
         }
-        let below = subtree(conn, found.ino, &entry.path, view)?;
+        let below = subtree(conn, found.ino, &entry.path, found.bound_at, view)?;
         let kept_below = below.iter().any(|b| b.unseen);
         // The directory's own revision: its attributes, or a child added or removed.
         let touched = view.unseen(conn, found.attr.revision, &entry.path)?;
@@ -312,11 +390,9 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
             return Ok(Meeting::Apply);
         }
         return Ok(match entry.state {
-            EntryState::Removed if found.bound_unseen => {
-                // The directory came here after the peer's base: its removal was of
-                // whatever was at the path before.
-                Meeting::KeepOurs
-            }
+            // Even when the directory itself is ours, unseen (it came here after the
+            // peer's base): whatever came into it from the peer since, the peer had at
+            // this path and removed; what came with it is unseen (`subtree`) and stays.
             EntryState::Removed => Meeting::RemoveSeen(seen_removals(&entry.path, &below)),
             _ => Meeting::Clash,
         });
@@ -366,16 +442,13 @@ fn seen_removals(path: &[u8], below: &[Below]) -> Removal {
     Removal { remove: out, stay }
 }
 
-/// A name for the losing version of `path`: `path.conflict-<peer>-<revision>`, or with
-/// a counter if that is taken. Returns it and whether it already holds `state` (a
-/// replayed batch finds the copy its first application made).
-fn conflict_name(
-    conn: &Connection,
+/// Names for the losing version of `path`, in the order they are tried:
+/// `path.conflict-<peer>-<revision>`, then with a counter.
+fn conflict_candidates(
     path: &[u8],
     peer: &str,
     revision: Revision,
-    state: Option<&EntryState>,
-) -> Result<(Vec<u8>, bool)> {
+) -> impl Iterator<Item = Vec<u8>> {
     let tag: String = peer
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -387,8 +460,26 @@ fn conflict_name(
     let keep = name_len.min(store::NAME_MAX - suffix.len() - 8);
     let mut base = path[..path.len() - name_len + keep].to_vec();
     base.extend_from_slice(suffix.as_bytes());
-    let mut candidate = base.clone();
-    for n in 1.. {
+    (0u64..).map(move |n| {
+        let mut candidate = base.clone();
+        if n > 0 {
+            candidate.extend_from_slice(format!("-{n}").as_bytes());
+        }
+        candidate
+    })
+}
+
+/// A name for the losing version of `path`: `path.conflict-<peer>-<revision>`, or with
+/// a counter if that is taken. Returns it and whether it already holds `state` (a
+/// replayed batch finds the copy its first application made).
+fn conflict_name(
+    conn: &Connection,
+    path: &[u8],
+    peer: &str,
+    revision: Revision,
+    state: Option<&EntryState>,
+) -> Result<(Vec<u8>, bool)> {
+    for candidate in conflict_candidates(path, peer, revision) {
         let taken = match crate::fs::resolve_in(conn, &candidate, false) {
             Ok(r) => r.ino,
             Err(Error::NotFound(_)) | Err(Error::NotDir(_)) => None,
@@ -402,8 +493,41 @@ fn conflict_name(
                 return Ok((candidate, true));
             }
         }
-        candidate = base.clone();
-        candidate.extend_from_slice(format!("-{n}").as_bytes());
+    }
+    unreachable!("the counter outlasts any directory")
+}
+
+/// Where the peer's version of `path` goes when a non-directory of ours at `at` (above
+/// it) stays: under the directory `at.conflict-<peer>-<revision>` (or with a counter),
+/// which entries of the same batch share. Returns it and whether it already holds
+/// `state` (made by an earlier attempt).
+fn blocked_conflict_name(
+    conn: &Connection,
+    at: &[u8],
+    path: &[u8],
+    peer: &str,
+    revision: Revision,
+    state: &EntryState,
+) -> Result<(Vec<u8>, bool)> {
+    let none = Default::default();
+    let literal = PeerView {
+        peer,
+        base: &Cursor::START,
+        dirty: &none,
+    };
+    let rest = &path[at.len()..];
+    for dir in conflict_candidates(at, peer, revision) {
+        let mut candidate = dir;
+        candidate.extend_from_slice(rest);
+        if let Some(found) = find(conn, &candidate, &literal)? {
+            if changes::same_state(conn, &found.attr, state)? {
+                return Ok((candidate, true));
+            }
+            continue;
+        }
+        if find_blocker(conn, &candidate, &literal)?.is_none() {
+            return Ok((candidate, false));
+        }
     }
     unreachable!("the counter outlasts any directory")
 }
@@ -423,7 +547,7 @@ struct Plan {
     /// Authority::Theirs: our losing versions, moved aside (parent, path, new path)
     /// before the batch.
     moves: Vec<(InodeNo, Vec<u8>, Vec<u8>)>,
-    /// Directories a cut-down removal leaves, to stamp as ours after the batch.
+    /// What a refused or cut-down removal leaves, to stamp as ours after the batch.
     restamp: Vec<Vec<u8>>,
 }
 
@@ -482,14 +606,17 @@ impl Workspace {
         entries_max: usize,
         bytes_max: u64,
     ) -> Result<ChangePage> {
-        let mut page = self.changes_after(cursor, entries_max, bytes_max)?;
+        // Revisions that applied the peer's own batches are passed over whole, before
+        // anything of them is read: a replica that just pulled a large tree must not
+        // read it all back only to find it is the server's.
+        let mut page =
+            self.changes_after_skipping(cursor, entries_max, bytes_max, &mut |conn, revision| {
+                received_from(conn, revision, peer)
+            })?;
         let drop: Vec<bool> = self.db().read(|conn| {
             page.entries
                 .iter()
                 .map(|e| {
-                    if received_from(conn, e.revision, peer)? {
-                        return Ok(true);
-                    }
                     // A removal of ours that the peer's version filled again since (our
                     // version moved aside under a conflict name, say) is not news to it.
                     if e.state == EntryState::Removed {
@@ -580,6 +707,12 @@ impl Workspace {
         )
     }
 
+    /// Applies a batch in parts: each removal that a later entry of the batch fills
+    /// again (at or below its path: the peer removed a tree and made something there
+    /// anew) ends a part, applied with the cursor just after it. In one revision, the
+    /// removal and what filled the path again would be one mutation to our change
+    /// log, which lists such a removal not at all (or after what it must come before):
+    /// our other peers would keep what the peer removed.
     fn apply_from(
         &self,
         peer: &str,
@@ -589,6 +722,79 @@ impl Workspace {
         through: &Cursor,
         authority: Authority,
     ) -> Result<Applied> {
+        let mut applied = Applied::default();
+        // Blocks a removal would free that a later part uses (a file moved out of the
+        // tree and back) are held from one part to the next, and let go at the end.
+        let mut held = Vec::new();
+        let mut start = 0;
+        let mut result = Ok(());
+        for (at, entry) in entries.iter().enumerate() {
+            let part_through = Cursor::after(entry);
+            let filled_again = entry.state == EntryState::Removed
+                && entries[at + 1..]
+                    .iter()
+                    .any(|later| is_within(&later.path, &entry.path));
+            // (A batch out of order, past its own cursor, is applied whole.)
+            if !filled_again || !changes::cursor_at_or_after(through, &part_through) {
+                continue;
+            }
+            let later_blocks = file_blocks(&entries[at + 1..]);
+            result = self
+                .apply_part(
+                    peer,
+                    replica_id,
+                    &entries[start..=at],
+                    blocks,
+                    &later_blocks,
+                    &part_through,
+                    authority,
+                )
+                .map(|(part, part_held)| {
+                    applied.changed += part.changed;
+                    applied.conflicts.extend(part.conflicts);
+                    applied.paths.extend(part.paths);
+                    held.extend(part_held);
+                });
+            if result.is_err() {
+                break;
+            }
+            start = at + 1;
+        }
+        if result.is_ok() {
+            result = self
+                .apply_part(
+                    peer,
+                    replica_id,
+                    &entries[start..],
+                    blocks,
+                    &[],
+                    through,
+                    authority,
+                )
+                .map(|(last, _)| {
+                    applied.changed += last.changed;
+                    applied.conflicts.extend(last.conflicts);
+                    applied.paths.extend(last.paths);
+                    applied.through = last.through;
+                });
+        }
+        self.release_held(&held)?;
+        result.map(|()| applied)
+    }
+
+    /// Applies entries of a peer's batch atomically with the cursor `through`, holding
+    /// the stored blocks of `hold` for a later part; returns the holds it made.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_part(
+        &self,
+        peer: &str,
+        replica_id: &str,
+        entries: &[ChangeEntry],
+        blocks: &[StoredBlock],
+        hold: &[BlockHash],
+        through: &Cursor,
+        authority: Authority,
+    ) -> Result<(Applied, Vec<i64>)> {
         // The plan is made inside the transaction that applies it, so no local change
         // (a write through the mount) can land between deciding and applying. A plan
         // that needs steps of its own first (conflict copies, our versions moved aside:
@@ -599,17 +805,19 @@ impl Workspace {
         for _ in 0..APPLY_ATTEMPTS {
             let record = self.db().read(|conn| fenced(conn, peer, replica_id))?;
             if changes::cursor_at_or_after(&record.applied, through) {
-                return Ok(Applied {
+                let applied = Applied {
                     through: record.applied,
                     conflicts,
                     paths,
                     ..Applied::default()
-                });
+                };
+                return Ok((applied, Vec::new()));
             }
             let dirty = self.dirty_staged();
             let planned = std::cell::RefCell::new(Plan::default());
             let outcome = self.apply_changes_with(
                 blocks,
+                hold,
                 |txn| {
                     let plan = plan(txn, peer, entries, authority, &dirty)?;
                     let batch = plan.batch.clone();
@@ -650,16 +858,22 @@ impl Workspace {
             );
             let plan = planned.into_inner();
             match outcome {
-                Ok(Ok(changed)) => {
+                Ok(Ok((changed, held))) => {
                     conflicts.extend(plan.conflicts);
                     paths.extend(plan.batch.iter().map(|e| e.path.clone()));
-                    self.restamp(&plan.restamp)?;
-                    return Ok(Applied {
+                    let applied = Applied {
                         through: through.clone(),
                         changed,
                         conflicts,
                         paths,
-                    });
+                    };
+                    return match self.restamp(&plan.restamp) {
+                        Ok(()) => Ok((applied, held)),
+                        Err(e) => {
+                            self.release_held(&held)?;
+                            Err(e)
+                        }
+                    };
                 }
                 Ok(Err(())) => {
                     // Conflict steps first; their conflicts are reported once, here.
@@ -713,8 +927,8 @@ impl Workspace {
         Ok(())
     }
 
-    /// Stamps directories a cut-down removal left as changed here, so the peer that
-    /// removed them learns they are back.
+    /// Stamps what a refused or cut-down removal left as changed here, so the peer that
+    /// removed it learns it is back.
     fn restamp(&self, paths: &[Vec<u8>]) -> Result<()> {
         if paths.is_empty() {
             return Ok(());
@@ -735,6 +949,23 @@ impl Workspace {
             Ok(())
         })
     }
+}
+
+/// The distinct blocks the file states of `entries` name (holes aside).
+fn file_blocks(entries: &[ChangeEntry]) -> Vec<BlockHash> {
+    let mut out: Vec<BlockHash> = entries
+        .iter()
+        .filter_map(|e| match &e.state {
+            EntryState::File { blocks, .. } => Some(blocks),
+            _ => None,
+        })
+        .flatten()
+        .filter(|b| b.hash.0 != [0; 32])
+        .map(|b| b.hash)
+        .collect();
+    out.sort_by_key(|hash| hash.0);
+    out.dedup();
+    out
 }
 
 /// Whether `path` is `dir` or below it.
@@ -775,10 +1006,17 @@ fn plan(
                     }
                     plan.batch.push(entry.clone());
                 }
-                Meeting::KeepOurs => plan.conflicts.push(Conflict {
-                    path: entry.path.clone(),
-                    kept_as: entry.path.clone(),
-                }),
+                Meeting::KeepOurs => {
+                    plan.conflicts.push(Conflict {
+                        path: entry.path.clone(),
+                        kept_as: entry.path.clone(),
+                    });
+                    // What stays must go back to the remover, which no longer has it.
+                    // Its own change is usually ours to send already, but not always:
+                    // a directory of ours whose state was merged from the peer's
+                    // carries a received revision, and would never travel.
+                    plan.restamp.push(entry.path.clone());
+                }
                 Meeting::RemoveSeen(Removal { remove, stay }) => {
                     plan.conflicts.push(Conflict {
                         path: entry.path.clone(),
@@ -794,6 +1032,47 @@ fn plan(
                             base: entry.base.clone(),
                         }));
                 }
+                Meeting::BothDirectories => {
+                    if authority == Authority::Theirs {
+                        plan.batch.push(entry.clone());
+                    }
+                }
+                Meeting::Blocked {
+                    at,
+                    parent,
+                    revision,
+                } => match authority {
+                    Authority::Ours => {
+                        let (kept_as, made) = blocked_conflict_name(
+                            conn,
+                            &at,
+                            &entry.path,
+                            peer,
+                            entry.revision,
+                            &entry.state,
+                        )?;
+                        if !made {
+                            plan.conflicts.push(Conflict {
+                                path: entry.path.clone(),
+                                kept_as: kept_as.clone(),
+                            });
+                            plan.copies.push(ChangeEntry {
+                                revision: entry.revision,
+                                path: kept_as,
+                                state: entry.state.clone(),
+                                base: entry.base.clone(),
+                            });
+                        }
+                    }
+                    Authority::Theirs => {
+                        // Several entries of the batch may need the same directory.
+                        if !plan.moves.iter().any(|(_, path, _)| *path == at) {
+                            let (kept_as, _) = conflict_name(conn, &at, peer, revision, None)?;
+                            plan.moves.push((parent, at, kept_as));
+                        }
+                        plan.batch.push(entry.clone());
+                    }
+                },
                 Meeting::Clash => match authority {
                     Authority::Ours => {
                         let (kept_as, made) = conflict_name(
@@ -821,9 +1100,12 @@ fn plan(
                     Authority::Theirs => {
                         let found = find(conn, &entry.path, &view)?
                             .ok_or_else(|| Error::invalid("a contested path vanished"))?;
-                        let (kept_as, _) =
-                            conflict_name(conn, &entry.path, peer, found.attr.revision, None)?;
-                        plan.moves.push((found.parent, entry.path.clone(), kept_as));
+                        // An entry below it may have asked for the same move (Blocked).
+                        if !plan.moves.iter().any(|(_, path, _)| *path == entry.path) {
+                            let (kept_as, _) =
+                                conflict_name(conn, &entry.path, peer, found.attr.revision, None)?;
+                            plan.moves.push((found.parent, entry.path.clone(), kept_as));
+                        }
                         plan.batch.push(entry.clone());
                     }
                 },

@@ -456,14 +456,25 @@ pub(crate) fn touch_dir(
     Ok(())
 }
 
-/// Counts a subdirectory in or out of `dir` and stamps its revision, leaving its times
-/// alone: replication applies a directory's times from its own state.
+/// Counts a subdirectory in or out of `dir`, leaving its times and its revision alone:
+/// replication applies a directory's state (times, mode) from its own entry, and an
+/// entry added to it is a change of the entry, not of the directory (see
+/// [`set_revision`]).
 pub(crate) fn count_subdirs(txn: &WriteTxn<'_>, dir: InodeNo, nlink_delta: i64) -> Result<()> {
-    txn.prepare_cached("UPDATE nodes SET nlink = nlink + ?2, revision = ?3 WHERE ino = ?1")
-        .and_then(|mut stmt| {
-            stmt.execute(params![dir.0 as i64, nlink_delta, txn.revision.0 as i64])
-        })
+    txn.prepare_cached("UPDATE nodes SET nlink = nlink + ?2 WHERE ino = ?1")
+        .and_then(|mut stmt| stmt.execute(params![dir.0 as i64, nlink_delta]))
         .ctx("updating a directory")?;
+    Ok(())
+}
+
+/// Puts back a node's revision. Replication uses it for a directory that a received
+/// batch added an entry to or removed one from: stamping the directory with the batch's
+/// revision would mark its state as received, and a change of our own to it that is
+/// not pushed yet (its mtime, say) would never be sent.
+pub(crate) fn set_revision(txn: &WriteTxn<'_>, ino: InodeNo, revision: Revision) -> Result<()> {
+    txn.prepare_cached("UPDATE nodes SET revision = ?2 WHERE ino = ?1")
+        .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, revision.0 as i64]))
+        .ctx("updating a node")?;
     Ok(())
 }
 

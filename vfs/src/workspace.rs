@@ -327,11 +327,17 @@ pub(crate) struct Inner {
     xattrs_maybe: std::sync::atomic::AtomicBool,
     /// Writers pass it before adding to the tree (see `gate.rs`).
     gate: crate::gate::WriteGate,
+    /// The last large revision of the change log read, for the next page (`log.rs`).
+    log_cache: crate::log::LogCache,
 }
 
 impl Inner {
     pub(crate) fn gate(&self) -> &crate::gate::WriteGate {
         &self.gate
+    }
+
+    pub(crate) fn log_cache(&self) -> &crate::log::LogCache {
+        &self.log_cache
     }
 }
 
@@ -458,6 +464,7 @@ impl Workspace {
                 staging,
                 xattrs_maybe: std::sync::atomic::AtomicBool::new(true),
                 gate: Default::default(),
+                log_cache: Default::default(),
             }),
         };
         let any_xattr = workspace.inner.db.read(|conn| {

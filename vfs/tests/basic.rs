@@ -209,6 +209,7 @@ fn a_version_1_database_gains_the_replication_tables() {
         conn.execute_batch(
             "DROP TABLE peers; DROP TABLE received; DROP TABLE applied_through;
              DROP TABLE loose_blocks;
+             DROP INDEX dirents_by_revision; DROP INDEX tombstones_by_path;
              UPDATE meta SET value = 1 WHERE key = 'schema_version';",
         )
         .unwrap();
@@ -225,4 +226,16 @@ fn a_version_1_database_gains_the_replication_tables() {
     assert_eq!(ws.fs().read_file("/kept").unwrap(), b"from version 1");
     ws.register_peer("p", "r").unwrap();
     assert!(ws.check().unwrap().is_ok());
+    drop(ws);
+    // And the indexes of version 3, which read the change log a revision at a time.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let indexes: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index'
+             AND name IN ('dirents_by_revision', 'tombstones_by_path')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexes, 2);
 }

@@ -1,0 +1,267 @@
+//! The change log read by a full scan of everything changed since the cursor's
+//! revision: what `Workspace::changes_after` did before `log.rs` walked revisions. It is
+//! quadratic in the length of the log read, and kept only as the oracle the walk is
+//! tested against (`log.rs`).
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::{entry_state, order_key, ChangeEntry, ChangePage, Cursor, EntryState};
+use crate::error::{Result, StorageContext};
+use crate::store;
+use crate::types::*;
+use crate::workspace::Workspace;
+
+/// A candidate in page order: (revision, order key, path, node).
+type Ordered = (Revision, Vec<u8>, Vec<u8>, Option<InodeNo>);
+
+/// What changed from a revision on: live paths, and removed paths with the revision
+/// of their last removal.
+struct Candidates {
+    live: BTreeMap<Vec<u8>, Candidate>,
+    removed: BTreeMap<Vec<u8>, Revision>,
+}
+
+/// A path's candidate entry while a page is assembled.
+struct Candidate {
+    revision: Revision,
+    ino: Option<InodeNo>,
+}
+
+fn join_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = dir.to_vec();
+    if path != b"/" {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
+/// The state of every path that changed after `cursor`, in (revision, path) order,
+/// at most `entries_max` entries and about `bytes_max` bytes of file content (at
+/// least one entry, whatever its size).
+pub(crate) fn changes_after_full_scan(
+    ws: &Workspace,
+    cursor: &Cursor,
+    entries_max: usize,
+    bytes_max: u64,
+) -> Result<ChangePage> {
+    ws.commit_all()?;
+    ws.settle_staged()?;
+    let entries_max = entries_max.max(1);
+    ws.db().read(|conn| {
+        let (revision, _, _, _) = crate::db::read_counters(conn)?;
+        // From the cursor's revision on, inclusive: its later paths are still to come.
+        let candidates = collect_candidates(conn, cursor.revision)?;
+        let after = (cursor.revision, order_key(&cursor.path));
+        let Candidates { live, removed } = candidates;
+        // A path removed and later filled again gets both entries: the removal first,
+        // so nothing that was below the old node survives on the receiver. Removed
+        // and filled in one mutation (rename over a file or an empty directory, a
+        // batch replacing a file with a directory), the new state says it all: the
+        // path's binding is of that revision, even once the path changes again and
+        // its entry moves later. (Listed, the removal would come after what the
+        // mutation put below the path, which sorts first, and take it away.)
+        let mut removals: Vec<Ordered> = Vec::new();
+        for (path, rev) in removed {
+            let listed = match live.get(&path) {
+                None => true,
+                Some(c) => c.revision > rev && binding_revision(conn, &path)? != Some(rev),
+            };
+            if listed {
+                removals.push((rev, order_key(&path), path, None));
+            }
+        }
+        let mut ordered: Vec<Ordered> = live
+            .into_iter()
+            .map(|(path, c)| (c.revision, order_key(&path), path, c.ino))
+            .chain(removals)
+            .filter(|(rev, key, _, _)| (*rev, key) > (after.0, &after.1))
+            .collect();
+        ordered.sort();
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        let total = ordered.len();
+        for (taken, (rev, _, path, ino)) in ordered.into_iter().enumerate() {
+            if entries.len() >= entries_max || (bytes >= bytes_max && !entries.is_empty()) {
+                let next = entries
+                    .last()
+                    .map(Cursor::after)
+                    .unwrap_or_else(|| cursor.clone());
+                return Ok(ChangePage {
+                    entries,
+                    next,
+                    complete: false,
+                    revision,
+                });
+            }
+            let state = match ino {
+                None => EntryState::Removed,
+                Some(ino) => entry_state(conn, ino)?,
+            };
+            let entry = ChangeEntry {
+                revision: rev,
+                path,
+                state,
+                base: Cursor::START,
+            };
+            bytes += entry.weight();
+            entries.push(entry);
+            debug_assert!(taken < total);
+        }
+        let next = entries
+            .last()
+            .map(Cursor::after)
+            .unwrap_or_else(|| cursor.clone());
+        Ok(ChangePage {
+            entries,
+            next,
+            complete: true,
+            revision,
+        })
+    })
+}
+
+/// Every path changed at or after revision `from`, with its revision and node (`None`:
+/// removed).
+fn collect_candidates(conn: &Connection, from: Revision) -> Result<Candidates> {
+    let mut out: BTreeMap<Vec<u8>, Candidate> = BTreeMap::new();
+    let mut offer = |out: &mut BTreeMap<Vec<u8>, Candidate>,
+                     path: Vec<u8>,
+                     revision: Revision,
+                     ino: Option<InodeNo>| {
+        match out.get(&path) {
+            Some(existing) if existing.revision >= revision => {}
+            _ => {
+                out.insert(path, Candidate { revision, ino });
+            }
+        }
+    };
+    // Removed paths.
+    let mut stmt = conn
+        .prepare_cached("SELECT revision, path FROM tombstones WHERE revision >= ?1")
+        .ctx("reading tombstones")?;
+    let rows = stmt
+        .query_map([from.0 as i64], |r| {
+            Ok((
+                Revision(r.get::<_, i64>(0)? as u64),
+                r.get::<_, Vec<u8>>(1)?,
+            ))
+        })
+        .ctx("reading tombstones")?;
+    let mut removed: BTreeMap<Vec<u8>, Revision> = BTreeMap::new();
+    for row in rows {
+        let (revision, path) = row.ctx("reading tombstones")?;
+        let latest = removed.entry(path).or_default();
+        *latest = (*latest).max(revision);
+    }
+    // Changed nodes, at each of their paths; a directory bound after the cursor brings
+    // its subtree along.
+    let mut stmt = conn
+        .prepare_cached("SELECT ino, revision FROM nodes WHERE revision >= ?1 AND nlink > 0")
+        .ctx("reading changed nodes")?;
+    let rows = stmt
+        .query_map([from.0 as i64], |r| {
+            Ok((
+                InodeNo(r.get::<_, i64>(0)? as u64),
+                Revision(r.get::<_, i64>(1)? as u64),
+            ))
+        })
+        .ctx("reading changed nodes")?;
+    let changed: Vec<(InodeNo, Revision)> = rows
+        .collect::<rusqlite::Result<_>>()
+        .ctx("reading changed nodes")?;
+    for (ino, revision) in changed {
+        if ino == InodeNo::ROOT {
+            offer(&mut out, b"/".to_vec(), revision, Some(ino));
+            continue;
+        }
+        for (parent, name, bound_at) in names_of(conn, ino)? {
+            let Ok(dir) = store::dir_path(conn, parent) else {
+                continue;
+            };
+            let path = join_path(&dir, &name);
+            let rev = revision.max(bound_at);
+            offer(&mut out, path.clone(), rev, Some(ino));
+            if bound_at >= from {
+                let attr = store::attr(conn, ino)?;
+                if attr.is_dir() {
+                    add_subtree(conn, ino, &path, bound_at, &mut out, &mut offer)?;
+                }
+            }
+        }
+    }
+    Ok(Candidates { live: out, removed })
+}
+
+type Offer<'a> =
+    dyn FnMut(&mut BTreeMap<Vec<u8>, Candidate>, Vec<u8>, Revision, Option<InodeNo>) + 'a;
+
+/// Offers every path below directory `dir` (at `path`) at least at revision `bound_at`.
+fn add_subtree(
+    conn: &Connection,
+    dir: InodeNo,
+    path: &[u8],
+    bound_at: Revision,
+    out: &mut BTreeMap<Vec<u8>, Candidate>,
+    offer: &mut Offer<'_>,
+) -> Result<()> {
+    let mut stack = vec![(dir, path.to_vec())];
+    while let Some((dir, dir_path)) = stack.pop() {
+        for (entry, attr) in store::list_plus(conn, dir, 0, usize::MAX)? {
+            let child = join_path(&dir_path, &entry.name);
+            offer(
+                out,
+                child.clone(),
+                attr.revision.max(bound_at),
+                Some(attr.ino),
+            );
+            if attr.is_dir() {
+                stack.push((attr.ino, child));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The latest revision of the entries on the way to `path`, its own included (when the
+/// path last got bound); `None` when nothing is there.
+fn binding_revision(conn: &Connection, path: &[u8]) -> Result<Option<Revision>> {
+    let mut ino = InodeNo::ROOT;
+    let mut bound_at = Revision(0);
+    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        let bound: Option<(i64, i64)> = conn
+            .prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
+            .and_then(|mut s| {
+                s.query_row(rusqlite::params![ino.0 as i64, part], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()
+            })
+            .ctx("reading an entry")?;
+        let Some((child, revision)) = bound else {
+            return Ok(None);
+        };
+        ino = InodeNo(child as u64);
+        bound_at = bound_at.max(Revision(revision as u64));
+    }
+    Ok(Some(bound_at))
+}
+
+/// The entries naming `ino`: (parent, name, revision the entry was made).
+fn names_of(conn: &Connection, ino: InodeNo) -> Result<Vec<(InodeNo, Vec<u8>, Revision)>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT parent, name, revision FROM dirents WHERE ino = ?1")
+        .ctx("reading names")?;
+    let rows = stmt
+        .query_map([ino.0 as i64], |r| {
+            Ok((
+                InodeNo(r.get::<_, i64>(0)? as u64),
+                r.get::<_, Vec<u8>>(1)?,
+                Revision(r.get::<_, i64>(2)? as u64),
+            ))
+        })
+        .ctx("reading names")?;
+    rows.collect::<rusqlite::Result<_>>().ctx("reading names")
+}
