@@ -13,4 +13,4 @@ scripts/check-capnp.sh
 cargo build --release --workspace --all-targets
 cargo test --release --workspace
 scripts/conformance.sh
-scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-15}"
+scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"
