@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use super::{entry_state, order_key, ChangeEntry, ChangePage, Cursor, EntryState};
 use crate::error::{Result, StorageContext};
@@ -67,7 +67,7 @@ pub(crate) fn changes_after_full_scan(
         for (path, rev) in removed {
             let listed = match live.get(&path) {
                 None => true,
-                Some(c) => c.revision > rev && binding_revision(conn, &path)? != Some(rev),
+                Some(c) => c.revision > rev && crate::log::binding(conn, &path)? != Some(rev),
             };
             if listed {
                 removals.push((rev, order_key(&path), path, None));
@@ -177,7 +177,7 @@ fn collect_candidates(conn: &Connection, from: Revision) -> Result<Candidates> {
             offer(&mut out, b"/".to_vec(), revision, Some(ino));
             continue;
         }
-        for (parent, name, bound_at) in names_of(conn, ino)? {
+        for (parent, name, bound_at) in crate::log::names_of(conn, ino)? {
             let Ok(dir) = store::dir_path(conn, parent) else {
                 continue;
             };
@@ -223,45 +223,4 @@ fn add_subtree(
         }
     }
     Ok(())
-}
-
-/// The latest revision of the entries on the way to `path`, its own included (when the
-/// path last got bound); `None` when nothing is there.
-fn binding_revision(conn: &Connection, path: &[u8]) -> Result<Option<Revision>> {
-    let mut ino = InodeNo::ROOT;
-    let mut bound_at = Revision(0);
-    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
-        let bound: Option<(i64, i64)> = conn
-            .prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
-            .and_then(|mut s| {
-                s.query_row(rusqlite::params![ino.0 as i64, part], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()
-            })
-            .ctx("reading an entry")?;
-        let Some((child, revision)) = bound else {
-            return Ok(None);
-        };
-        ino = InodeNo(child as u64);
-        bound_at = bound_at.max(Revision(revision as u64));
-    }
-    Ok(Some(bound_at))
-}
-
-/// The entries naming `ino`: (parent, name, revision the entry was made).
-fn names_of(conn: &Connection, ino: InodeNo) -> Result<Vec<(InodeNo, Vec<u8>, Revision)>> {
-    let mut stmt = conn
-        .prepare_cached("SELECT parent, name, revision FROM dirents WHERE ino = ?1")
-        .ctx("reading names")?;
-    let rows = stmt
-        .query_map([ino.0 as i64], |r| {
-            Ok((
-                InodeNo(r.get::<_, i64>(0)? as u64),
-                r.get::<_, Vec<u8>>(1)?,
-                Revision(r.get::<_, i64>(2)? as u64),
-            ))
-        })
-        .ctx("reading names")?;
-    rows.collect::<rusqlite::Result<_>>().ctx("reading names")
 }

@@ -820,22 +820,22 @@ fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
         )
         .optional()
         .ctx("reading the schema version")?;
+    // Each upgrade takes a version to the next, in one transaction.
+    let upgrades: [(i64, &str, &str); 2] = [
+        (1, REPLICATION_TABLES, "upgrading the schema to version 2"),
+        (2, LOG_INDEXES, "upgrading the schema to version 3"),
+    ];
     let mut version = version;
-    if version == Some(1) && !options.read_only {
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {REPLICATION_TABLES}
-             UPDATE meta SET value = 2 WHERE key = 'schema_version'; COMMIT;"
-        ))
-        .ctx("upgrading the schema to version 2")?;
-        version = Some(2);
-    }
-    if version == Some(2) && !options.read_only {
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {LOG_INDEXES}
-             UPDATE meta SET value = 3 WHERE key = 'schema_version'; COMMIT;"
-        ))
-        .ctx("upgrading the schema to version 3")?;
-        version = Some(3);
+    for (from, sql, what) in upgrades {
+        if version == Some(from) && !options.read_only {
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; {sql}
+                 UPDATE meta SET value = {} WHERE key = 'schema_version'; COMMIT;",
+                from + 1
+            ))
+            .ctx(what)?;
+            version = Some(from + 1);
+        }
     }
     if version != Some(SCHEMA_VERSION) {
         return Err(Error::corrupt(format!(

@@ -110,7 +110,7 @@ impl<'c> LogWalk<'c> {
                 live.insert(b"/".to_vec(), ino);
                 continue;
             }
-            for (parent, name, bound_at) in self.names_of(ino)? {
+            for (parent, name, bound_at) in names_of(self.conn, ino)? {
                 let Some(dir) = self.dir_info(parent)? else {
                     continue;
                 };
@@ -169,7 +169,7 @@ impl<'c> LogWalk<'c> {
             // changes again and its entry moves later. (Listed, the removal would come
             // after what the mutation put below the path, which sorts first, and take
             // it away.) Filled later, the removal comes first, then the new state.
-            if self.binding(&path)?.is_some_and(|bound| bound <= r) {
+            if binding(self.conn, &path)?.is_some_and(|bound| bound <= r) {
                 continue;
             }
             removals.push((order_key(&path), path, None));
@@ -236,55 +236,12 @@ impl<'c> LogWalk<'c> {
         Ok(())
     }
 
-    /// The latest revision of the entries on the way to `path` (its own included), if
-    /// something is there now; symlinks are not followed.
-    fn binding(&mut self, path: &[u8]) -> Result<Option<Revision>> {
-        let mut ino = InodeNo::ROOT;
-        let mut bound = Revision(0);
-        for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
-            let entry: Option<(i64, i64)> = self
-                .conn
-                .prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
-                .and_then(|mut s| {
-                    s.query_row(params![ino.0 as i64, part], |row| {
-                        Ok((row.get(0)?, row.get(1)?))
-                    })
-                    .optional()
-                })
-                .ctx("reading an entry")?;
-            let Some((child, revision)) = entry else {
-                return Ok(None);
-            };
-            ino = InodeNo(child as u64);
-            bound = bound.max(Revision(revision as u64));
-        }
-        Ok(Some(bound))
-    }
-
     /// Whether `path` was removed again after `r`.
     fn removed_later(&self, path: &[u8], r: Revision) -> Result<bool> {
         self.conn
             .prepare_cached("SELECT 1 FROM tombstones WHERE path = ?1 AND revision > ?2")
             .and_then(|mut s| s.exists(params![path, r.0 as i64]))
             .ctx("reading tombstones")
-    }
-
-    /// The entries naming `ino`: (parent, name, revision the entry was made).
-    fn names_of(&self, ino: InodeNo) -> Result<Vec<(InodeNo, Vec<u8>, Revision)>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT parent, name, revision FROM dirents WHERE ino = ?1")
-            .ctx("reading names")?;
-        let rows = stmt
-            .query_map([ino.0 as i64], |r| {
-                Ok((
-                    InodeNo(r.get::<_, i64>(0)? as u64),
-                    r.get::<_, Vec<u8>>(1)?,
-                    Revision(r.get::<_, i64>(2)? as u64),
-                ))
-            })
-            .ctx("reading names")?;
-        rows.collect::<rusqlite::Result<_>>().ctx("reading names")
     }
 
     /// The path of directory `dir` and the latest entry revision on the way to it;
@@ -337,6 +294,50 @@ impl<'c> LogWalk<'c> {
         }
         Ok(info)
     }
+}
+
+/// The latest revision of the entries on the way to `path` (its own included), if
+/// something is there now; symlinks are not followed.
+pub(crate) fn binding(conn: &Connection, path: &[u8]) -> Result<Option<Revision>> {
+    let mut ino = InodeNo::ROOT;
+    let mut bound = Revision(0);
+    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        let entry: Option<(i64, i64)> = conn
+            .prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
+            .and_then(|mut s| {
+                s.query_row(params![ino.0 as i64, part], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()
+            })
+            .ctx("reading an entry")?;
+        let Some((child, revision)) = entry else {
+            return Ok(None);
+        };
+        ino = InodeNo(child as u64);
+        bound = bound.max(Revision(revision as u64));
+    }
+    Ok(Some(bound))
+}
+
+/// The entries naming `ino`: (parent, name, revision the entry was made).
+pub(crate) fn names_of(
+    conn: &Connection,
+    ino: InodeNo,
+) -> Result<Vec<(InodeNo, Vec<u8>, Revision)>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT parent, name, revision FROM dirents WHERE ino = ?1")
+        .ctx("reading names")?;
+    let rows = stmt
+        .query_map([ino.0 as i64], |r| {
+            Ok((
+                InodeNo(r.get::<_, i64>(0)? as u64),
+                r.get::<_, Vec<u8>>(1)?,
+                Revision(r.get::<_, i64>(2)? as u64),
+            ))
+        })
+        .ctx("reading names")?;
+    rows.collect::<rusqlite::Result<_>>().ctx("reading names")
 }
 
 /// The last large revision computed, kept for the next page (see the module doc).

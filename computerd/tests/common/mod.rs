@@ -75,51 +75,39 @@ impl Mount {
 
     /// Mounts a new workspace with extra `computerd mount` arguments.
     pub fn with_args(args: &[&str]) -> Mount {
-        become_subreaper();
-        let dir = tempfile::Builder::new()
-            .prefix("computerd-test-")
-            .tempdir()
-            .expect("creating a temporary directory");
-        let root = dir.path().to_path_buf();
-        let mut mount = Mount {
-            db: root.join("ws.db"),
-            mnt: root.join("mnt"),
-            log: root.join("daemon.log"),
-            scratch: root.join("scratch"),
-            root,
-            dir: Some(dir),
-            pid: None,
-            replica_of: None,
-        };
-        std::fs::create_dir(&mount.mnt).unwrap();
-        std::fs::create_dir(&mount.scratch).unwrap();
-        mount.mount(args);
-        mount
+        Mount::start("computerd-test-", "ws.db", None, args)
     }
 
     /// Mounts a replica of `server`'s workspace, its cache a new database, with extra
     /// `computerd mount` arguments.
     pub fn replica(server: &Server, args: &[&str]) -> Mount {
+        let remote = vec![
+            "--remote".into(),
+            server.address.clone(),
+            "--token-file".into(),
+            server.token_file.display().to_string(),
+        ];
+        Mount::start("computerd-replica-", "cache.db", Some(remote), args)
+    }
+
+    /// A new temporary directory with a database named `db` and a mount point, mounted
+    /// (as a replica when `replica_of` says of what).
+    fn start(prefix: &str, db: &str, replica_of: Option<Vec<String>>, args: &[&str]) -> Mount {
         become_subreaper();
         let dir = tempfile::Builder::new()
-            .prefix("computerd-replica-")
+            .prefix(prefix)
             .tempdir()
             .expect("creating a temporary directory");
         let root = dir.path().to_path_buf();
         let mut mount = Mount {
-            db: root.join("cache.db"),
+            db: root.join(db),
             mnt: root.join("mnt"),
             log: root.join("daemon.log"),
             scratch: root.join("scratch"),
             root,
             dir: Some(dir),
             pid: None,
-            replica_of: Some(vec![
-                "--remote".into(),
-                server.address.clone(),
-                "--token-file".into(),
-                server.token_file.display().to_string(),
-            ]),
+            replica_of,
         };
         std::fs::create_dir(&mount.mnt).unwrap();
         std::fs::create_dir(&mount.scratch).unwrap();
