@@ -6,6 +6,10 @@
 //! long the kernel may cache entries and attributes, and the `.`/`..` entries of
 //! directory listings.
 //!
+//! Permissions: every request is checked by the store against the caller's credentials
+//! ([`Caller`]); this module only says who the caller is. Where other users can reach
+//! the mount, the kernel checks too (`default_permissions`, see [`permission_option`]).
+//!
 //! Caching: this daemon is the only writer of a mounted workspace, so the kernel may keep
 //! entries, attributes (one hour) and page cache across opens (`FOPEN_KEEP_CACHE`), and
 //! write back dirty pages in large requests (`FUSE_WRITEBACK_CACHE`). docs/SEMANTICS.md
@@ -19,14 +23,14 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use computer_vfs::{
-    Attr, Error, FileKind, InodeNo, NewNode, OpenFlags, RenameFlags, SetAttr, SetTime, StagedFile,
-    TimestampNs, Workspace, XattrSet,
+    Access, Attr, Caller, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, OpenFlags,
+    RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, XattrSet,
 };
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 /// How long the kernel may trust an entry or attributes it got from us.
@@ -61,6 +65,8 @@ pub struct WorkspaceFs {
     /// its handles, dropped (BACKING_CLOSE) with the last of them.
     backing: Mutex<BackingTable>,
     stats: Option<OpStats>,
+    /// `fs.protected_hardlinks` as this host sets it: the rule links follow.
+    protected_hardlinks: bool,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -105,7 +111,15 @@ impl WorkspaceFs {
             backing: Mutex::new(BackingTable::default()),
             stats: config.op_stats.then(OpStats::default),
             config,
+            protected_hardlinks: protected_hardlinks(),
         }
+    }
+
+    /// The workspace as the process behind `req` may use it.
+    fn caller<'a>(&'a self, req: &Request, process: &'a RequestProcess) -> Caller<'a> {
+        self.ws
+            .caller(Credentials::new(req.uid(), req.gid(), process))
+            .protected_hardlinks(self.protected_hardlinks)
     }
 
     fn timer(&self, op: &'static str) -> OpTimer<'_> {
@@ -302,11 +316,120 @@ fn fh(fh: FileHandle) -> computer_vfs::FileHandle {
     computer_vfs::FileHandle(fh.0)
 }
 
-fn owner(req: &Request, mode: u32) -> NewNode {
-    NewNode {
-        perm: mode & 0o7777,
-        uid: req.uid(),
-        gid: req.gid(),
+/// What an open asks of the file: reading or writing as its access mode says (both for
+/// the odd mode 3, as Linux does), or executing where `execve` opens it (the kernel's
+/// `FMODE_EXEC` travels in the flags).
+fn open_access(flags: i32) -> Access {
+    const FMODE_EXEC: i32 = 0x20;
+    let (read, write) = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => (true, false),
+        libc::O_WRONLY => (false, true),
+        _ => (true, true),
+    };
+    if flags & FMODE_EXEC != 0 {
+        return Access {
+            exec: true,
+            ..Access::NONE
+        };
+    }
+    Access {
+        read,
+        write,
+        exec: false,
+    }
+}
+
+/// The mount option for the kernel's own permission checks. Where other users can reach
+/// the mount (`allow_other`, or a daemon not run by root) the kernel checks as well as
+/// the store: some accesses never reach a FUSE daemon (opening a FIFO or a socket, and
+/// walking through a directory whose entries the kernel has cached), so only the kernel
+/// can refuse them. A mount only root can reach (no `allow_other`: the kernel and fuser
+/// turn every other user away) leaves the checks to the store, which saves the kernel a
+/// GETATTR of the directory before each lookup after a change of it; the mount is then
+/// given `nosuid`, which it has anyway, in place of the option.
+pub fn permission_option(allow_other: bool) -> MountOption {
+    if allow_other || !nix::unistd::geteuid().is_root() {
+        MountOption::DefaultPermissions
+    } else {
+        MountOption::NoSuid
+    }
+}
+
+/// `fs.protected_hardlinks` (1 where it cannot be read, the common setting).
+fn protected_hardlinks() -> bool {
+    std::fs::read_to_string("/proc/sys/fs/protected_hardlinks")
+        .map_or(true, |value| value.trim() != "0")
+}
+
+/// The process behind a request, as the permission rules may need it: its supplementary
+/// groups and capabilities, which FUSE does not send. They are read from
+/// `/proc/<tid>/status` (the request carries the thread's id, and credentials are per
+/// thread) once, and only if a rule asks; the thread waits for our reply meanwhile, so
+/// the id cannot be reused under us. Nothing is cached across requests: groups and
+/// capabilities change.
+pub struct RequestProcess {
+    tid: u32,
+    uid: u32,
+    status: std::cell::OnceCell<ProcessCredentials>,
+}
+
+#[derive(Default)]
+struct ProcessCredentials {
+    groups: Vec<u32>,
+    /// `CapEff`, or `None` if it could not be read.
+    capabilities: Option<u64>,
+}
+
+impl RequestProcess {
+    pub fn of(req: &Request) -> RequestProcess {
+        RequestProcess {
+            tid: req.pid(),
+            uid: req.uid(),
+            status: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn status(&self) -> &ProcessCredentials {
+        self.status.get_or_init(|| {
+            if self.tid == 0 {
+                // Not a process of our namespace: nothing to read.
+                return ProcessCredentials::default();
+            }
+            std::fs::read_to_string(format!("/proc/{}/status", self.tid))
+                .map(|text| parse_status(&text))
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// The `Groups:` and `CapEff:` lines of `/proc/<pid>/status`.
+fn parse_status(text: &str) -> ProcessCredentials {
+    let mut out = ProcessCredentials::default();
+    for line in text.lines() {
+        if let Some(groups) = line.strip_prefix("Groups:") {
+            out.groups = groups
+                .split_whitespace()
+                .filter_map(|g| g.parse().ok())
+                .collect();
+        } else if let Some(caps) = line.strip_prefix("CapEff:") {
+            out.capabilities = u64::from_str_radix(caps.trim(), 16).ok();
+        }
+    }
+    out
+}
+
+impl CallerInfo for RequestProcess {
+    fn in_supplementary_group(&self, gid: u32) -> bool {
+        self.status().groups.contains(&gid)
+    }
+
+    fn capable(&self, cap: Capability) -> bool {
+        match self.status().capabilities {
+            Some(set) => set & (1 << cap.number()) != 0,
+            // Unknown (the process is gone, or from another namespace): root is taken to
+            // have its usual capabilities, anyone else none.
+            None => self.uid == 0,
+        }
     }
 }
 
@@ -387,9 +510,13 @@ impl Filesystem for WorkspaceFs {
         }
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _timer = self.timer("lookup");
-        match self.ws.lookup(ino(parent), name.as_bytes()) {
+        let process = RequestProcess::of(req);
+        match self
+            .caller(req, &process)
+            .lookup(ino(parent), name.as_bytes())
+        {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
             Err(Error::NotFound(_)) => {
                 reply.entry_with_ttls(&Duration::ZERO, &TTL, &negative_attr(), Generation(0))
@@ -408,7 +535,7 @@ impl Filesystem for WorkspaceFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         inode: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -417,7 +544,7 @@ impl Filesystem for WorkspaceFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -425,7 +552,7 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyAttr,
     ) {
         let _timer = self.timer("setattr");
-        let mut changes = SetAttr {
+        let changes = SetAttr {
             perm: mode.map(|m| m & 0o7777),
             uid,
             gid,
@@ -434,19 +561,11 @@ impl Filesystem for WorkspaceFs {
             mtime: mtime.map(set_time),
             ctime: ctime.map(request_timestamp),
         };
-        // With FUSE_HANDLE_KILLPRIV_V2 the server clears set-id bits on chown.
-        if (uid.is_some() || gid.is_some()) && changes.perm.is_none() {
-            if let Ok(attr) = self.ws.getattr(ino(inode)) {
-                if !attr.is_dir() && attr.perm & 0o6000 != 0 {
-                    let mut perm = attr.perm & !0o4000;
-                    if perm & 0o010 != 0 {
-                        perm &= !0o2000;
-                    }
-                    changes.perm = Some(perm);
-                }
-            }
-        }
-        match self.ws.setattr(ino(inode), &changes) {
+        // With FUSE_HANDLE_KILLPRIV_V2 the server drops set-id bits on chown and
+        // truncate; the store's rules do (`Caller::setattr`).
+        let process = RequestProcess::of(req);
+        let caller = self.caller(req, &process);
+        match caller.setattr(ino(inode), &changes, fh.is_some()) {
             Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
             Err(err) => reply.error(errno(&err)),
         }
@@ -477,9 +596,14 @@ impl Filesystem for WorkspaceFs {
         if matches!(kind, FileKind::Directory | FileKind::Symlink) {
             return reply.error(Errno::EINVAL);
         }
-        let result = self
-            .ws
-            .mknod(ino(parent), name.as_bytes(), kind, owner(req, mode), rdev);
+        let process = RequestProcess::of(req);
+        let result = self.caller(req, &process).mknod(
+            ino(parent),
+            name.as_bytes(),
+            kind,
+            mode & 0o7777,
+            rdev,
+        );
         self.reply_entry(reply, result);
     }
 
@@ -493,23 +617,32 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEntry,
     ) {
         let _timer = self.timer("mkdir");
+        let process = RequestProcess::of(req);
         let result = self
-            .ws
-            .mkdir(ino(parent), name.as_bytes(), owner(req, mode));
+            .caller(req, &process)
+            .mkdir(ino(parent), name.as_bytes(), mode & 0o7777);
         self.reply_entry(reply, result);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("unlink");
-        match self.ws.unlink(ino(parent), name.as_bytes()) {
+        let process = RequestProcess::of(req);
+        match self
+            .caller(req, &process)
+            .unlink(ino(parent), name.as_bytes())
+        {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("rmdir");
-        match self.ws.rmdir(ino(parent), name.as_bytes()) {
+        let process = RequestProcess::of(req);
+        match self
+            .caller(req, &process)
+            .rmdir(ino(parent), name.as_bytes())
+        {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
         }
@@ -524,18 +657,18 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEntry,
     ) {
         let _timer = self.timer("symlink");
-        let result = self.ws.symlink(
+        let process = RequestProcess::of(req);
+        let result = self.caller(req, &process).symlink(
             ino(parent),
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
-            owner(req, 0o777),
         );
         self.reply_entry(reply, result);
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -552,7 +685,8 @@ impl Filesystem for WorkspaceFs {
             no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
         };
-        match self.ws.rename(
+        let process = RequestProcess::of(req);
+        match self.caller(req, &process).rename(
             ino(parent),
             name.as_bytes(),
             ino(newparent),
@@ -566,22 +700,28 @@ impl Filesystem for WorkspaceFs {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         inode: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
         let _timer = self.timer("link");
-        let result = self.ws.link(ino(inode), ino(newparent), newname.as_bytes());
+        let process = RequestProcess::of(req);
+        let result =
+            self.caller(req, &process)
+                .link(ino(inode), ino(newparent), newname.as_bytes());
         self.reply_entry(reply, result);
     }
 
-    fn open(&self, _req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("open");
+        let want = open_access(flags.0);
         let flags = self.open_flags(flags.0);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
-        let opened = match self.ws.open_for_kernel(ino(inode), flags, passthrough) {
+        let process = RequestProcess::of(req);
+        let caller = self.caller(req, &process);
+        let opened = match caller.open_for_kernel(ino(inode), flags, want, passthrough) {
             Ok(opened) => opened,
             Err(err) => return reply.error(errno(&err)),
         };
@@ -614,10 +754,11 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("create");
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
-        let created = self.ws.create_for_kernel(
+        let process = RequestProcess::of(req);
+        let created = self.caller(req, &process).create_for_kernel(
             ino(parent),
             name.as_bytes(),
-            owner(req, mode),
+            mode & 0o7777,
             flags,
             passthrough,
         );
@@ -744,11 +885,11 @@ impl Filesystem for WorkspaceFs {
         }
     }
 
-    fn opendir(&self, _req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("opendir");
-        match self.ws.getattr(ino(inode)) {
-            Ok(attr) if attr.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Ok(_) => reply.error(Errno::ENOTDIR),
+        let process = RequestProcess::of(req);
+        match self.caller(req, &process).opendir(ino(inode)) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(err) => reply.error(errno(&err)),
         }
     }
@@ -878,7 +1019,7 @@ impl Filesystem for WorkspaceFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         inode: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -894,15 +1035,21 @@ impl Filesystem for WorkspaceFs {
         } else {
             XattrSet::Any
         };
-        match self.ws.setxattr(ino(inode), name.as_bytes(), value, mode) {
+        let process = RequestProcess::of(req);
+        let caller = self.caller(req, &process);
+        match caller.setxattr(ino(inode), name.as_bytes(), value, mode) {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
         }
     }
 
-    fn getxattr(&self, _req: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _timer = self.timer("getxattr");
-        match self.ws.getxattr(ino(inode), name.as_bytes()) {
+        let process = RequestProcess::of(req);
+        match self
+            .caller(req, &process)
+            .getxattr(ino(inode), name.as_bytes())
+        {
             Ok(value) => reply_xattr(reply, size, &value),
             Err(err) => reply.error(errno(&err)),
         }
@@ -923,19 +1070,25 @@ impl Filesystem for WorkspaceFs {
         }
     }
 
-    fn removexattr(&self, _req: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("removexattr");
-        match self.ws.removexattr(ino(inode), name.as_bytes()) {
+        let process = RequestProcess::of(req);
+        match self
+            .caller(req, &process)
+            .removexattr(ino(inode), name.as_bytes())
+        {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
         }
     }
 
-    fn access(&self, _req: &Request, inode: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, req: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _timer = self.timer("access");
-        // Permissions are checked by the kernel (default_permissions); only existence here.
-        match self.ws.getattr(ino(inode)) {
-            Ok(_) => reply.ok(),
+        // Sent for access(2) and chdir(2) when the kernel leaves permissions to us.
+        let want = Access::from_mask(mask.bits());
+        let process = RequestProcess::of(req);
+        match self.caller(req, &process).access(ino(inode), want) {
+            Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
         }
     }

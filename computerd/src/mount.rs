@@ -225,7 +225,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     config.mount_options = vec![
         MountOption::FSName(format!("computer:{}", db.display())),
         MountOption::Subtype("computer".into()),
-        MountOption::DefaultPermissions,
+        crate::fuse::permission_option(args.allow_other),
         if args.read_only {
             MountOption::RO
         } else {

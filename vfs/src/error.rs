@@ -71,6 +71,9 @@ pub enum Error {
     FileTooBig(ErrorPath),
     #[error("{0}operation not permitted")]
     NotPermitted(ErrorPath),
+    /// The caller's permissions do not allow it (mode bits, search permission).
+    #[error("{0}permission denied")]
+    PermissionDenied(ErrorPath),
     #[error("{0}too many links")]
     TooManyLinks(ErrorPath),
     #[error("{0}no such attribute")]
@@ -127,6 +130,7 @@ impl Error {
             Error::NoSpace { .. } => libc::ENOSPC,
             Error::FileTooBig(_) => libc::EFBIG,
             Error::NotPermitted(_) => libc::EPERM,
+            Error::PermissionDenied(_) => libc::EACCES,
             Error::TooManyLinks(_) => libc::EMLINK,
             Error::NoAttribute(_) => libc::ENODATA,
             Error::Range(_) => libc::ERANGE,
@@ -171,6 +175,7 @@ impl Error {
             | Error::ReadOnly(p)
             | Error::FileTooBig(p)
             | Error::NotPermitted(p)
+            | Error::PermissionDenied(p)
             | Error::TooManyLinks(p)
             | Error::NoAttribute(p)
             | Error::Range(p)
@@ -201,6 +206,7 @@ impl Error {
             | Error::ReadOnly(p)
             | Error::FileTooBig(p)
             | Error::NotPermitted(p)
+            | Error::PermissionDenied(p)
             | Error::TooManyLinks(p)
             | Error::NoAttribute(p)
             | Error::Range(p)
@@ -280,6 +286,9 @@ pub(crate) mod kind {
     }
     pub fn NotPermitted() -> Error {
         Error::NotPermitted(ErrorPath::none())
+    }
+    pub fn PermissionDenied() -> Error {
+        Error::PermissionDenied(ErrorPath::none())
     }
     pub fn TooManyLinks() -> Error {
         Error::TooManyLinks(ErrorPath::none())

@@ -15,7 +15,9 @@
 //! This crate knows nothing of FUSE, RPC or processes. docs/ARCHITECTURE.md has the map,
 //! docs/STORAGE.md the tables and the block format.
 
+mod access;
 mod block;
+mod caller;
 mod changes;
 mod check;
 mod chunker;
@@ -37,7 +39,11 @@ mod tree;
 mod types;
 mod workspace;
 
+pub use access::{
+    permits, Access, CallerInfo, Capability, Credentials, KnownCaller, S_ISGID, S_ISUID, S_ISVTX,
+};
 pub use block::{BlockHash, Codec, HASH_LEN};
+pub use caller::Caller;
 pub use changes::{
     cursor_at_or_after, order_key, BlockRef, ChangeEntry, ChangePage, Cursor, EntryState,
     StoredBlock,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::params;
 
+use crate::access::Credentials;
 use crate::error::{kind, Error, Result, StorageContext};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
 use crate::staging::{StagedFile, Staging, POOL_LOW};
@@ -29,6 +30,9 @@ const INGEST_DELAY: Duration = Duration::from_secs(1);
 
 /// Attempts to attach to a staging file that keeps being evicted under us.
 const ATTACH_ATTEMPTS: usize = 16;
+
+/// Files of deleted nodes that wake the worker to recycle them together.
+const DOOMED_BATCH: usize = 64;
 
 /// What `open_for_kernel` and `create_for_kernel` return.
 pub struct Opened {
@@ -126,9 +130,23 @@ impl Workspace {
         flags: OpenFlags,
         passthrough: bool,
     ) -> Result<(Attr, Opened)> {
+        self.create_for_kernel_as(None, parent, name, owner, flags, passthrough)
+    }
+
+    /// [`Workspace::create_for_kernel`], by `cred` if given (see
+    /// [`Workspace::mknod_as`]).
+    pub(crate) fn create_for_kernel_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+        owner: NewNode,
+        flags: OpenFlags,
+        passthrough: bool,
+    ) -> Result<(Attr, Opened)> {
         self.write_gate().pass()?;
         let Some(staging) = self.staging().filter(|_| passthrough) else {
-            let (attr, handle) = self.create(parent, name, owner, flags)?;
+            let (attr, handle) = self.create_as(cred, parent, name, owner, flags)?;
             return Ok((
                 attr,
                 Opened {
@@ -138,11 +156,10 @@ impl Workspace {
             ));
         };
         let Some(file) = staging.try_reserve() else {
-            // No file ready (a burst of creates outran the pool): serve this one through
-            // the write buffer rather than create a file on the request path, which can
-            // cost a millisecond on a busy disk.
-            staging.wake_now();
-            let (attr, handle) = self.create(parent, name, owner, flags)?;
+            // No file ready (a burst of creates outran the pool, which grows for the
+            // next one): serve this one through the write buffer rather than create a
+            // file on the request path, which can cost a millisecond on a busy disk.
+            let (attr, handle) = self.create_as(cred, parent, name, owner, flags)?;
             return Ok((
                 attr,
                 Opened {
@@ -153,15 +170,15 @@ impl Workspace {
         };
         let now = self.now();
         let created = self.db().write(|txn| {
-            Workspace::check_new_entry(txn, parent, name)?;
+            let dir = Workspace::check_new_entry_as(txn, cred, parent, name)?;
+            let owner = Workspace::owner_in(&dir, cred, owner, FileKind::File);
             let ino = store::insert_node(txn, FileKind::File, owner, 0, None, now)?;
             store::insert_dirent(txn, parent, name, ino)?;
             store::touch_dir(txn, parent, 0, now)?;
-            txn.execute(
-                "INSERT INTO staged (ino, file) VALUES (?1, ?2)",
-                params![ino.0 as i64, file.name],
-            )
-            .ctx("recording a staging file")?;
+            // Cached: this runs for every file the kernel creates.
+            txn.prepare_cached("INSERT INTO staged (ino, file) VALUES (?1, ?2)")
+                .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, file.name]))
+                .ctx("recording a staging file")?;
             store::attr(txn, ino)
         });
         let attr = match created {
@@ -219,7 +236,6 @@ impl Workspace {
             return Err(StageRefusal::UseBuffer);
         }
         let Some(file) = staging.try_reserve() else {
-            staging.wake_now();
             return Err(StageRefusal::UseBuffer);
         };
         let name = file.name.clone();
@@ -566,11 +582,23 @@ impl Workspace {
         let Some(staging) = self.staging() else {
             return Ok(());
         };
-        txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
+        // Cached: this runs for every node deleted.
+        txn.prepare_cached("DELETE FROM staged WHERE ino = ?1")
+            .and_then(|mut stmt| stmt.execute([ino.0 as i64]))
             .ctx("unbinding a staging file")?;
         if let Some(staged) = lock(&staging.entries).remove(&ino) {
-            lock(&staging.doomed).push(staged);
-            staging.wake_now();
+            let doomed = {
+                let mut doomed = lock(&staging.doomed);
+                doomed.push(staged);
+                doomed.len()
+            };
+            // Recycling is the worker's; wake it for a batch, or when creates are about
+            // to find the pool empty, not for every file of an `rm` (each wake costs the
+            // requests a context switch and the writer lock). Otherwise the files wait
+            // for its next round, a second at most.
+            if doomed >= DOOMED_BATCH || staging.pool_len() < POOL_LOW {
+                staging.wake_now();
+            }
         }
         Ok(())
     }
@@ -827,8 +855,8 @@ impl Workspace {
             }
         }
         // Deletions and evictions refill the pool; top it up only when they did not.
-        if staging.pool_len() < POOL_LOW {
-            if let Err(err) = staging.refill(POOL_LOW) {
+        if staging.pool_len() < staging.pool_target() {
+            if let Err(err) = staging.refill(staging.pool_target()) {
                 tracing::warn!("failed to refill the staging pool: {err}");
             }
         }

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -34,6 +34,11 @@ use crate::workspace::lock;
 /// Recycled files come back beyond it (up to `POOL_RECYCLED_MAX`).
 pub(crate) const POOL_LOW: usize = 64;
 pub(crate) const POOL_RECYCLED_MAX: usize = 2048;
+/// Every time a create finds the pool empty, the number of files the worker keeps ready
+/// doubles, up to this: a create that finds no file is served through the write buffer,
+/// which costs the kernel three more requests (a WRITE and two FLUSHes), and leaves no
+/// file to recycle, so a pool smaller than the bursts of creates it meets would stay so.
+pub(crate) const POOL_TARGET_MAX: usize = 1024;
 /// Clean staged files up to this size leave the cache as soon as they are ingested.
 pub(crate) const SMALL_CACHED_BYTES_MAX: u64 = 64 << 10;
 
@@ -154,6 +159,11 @@ pub struct PoolFile {
 pub(crate) struct Staging {
     dir: PathBuf,
     pool: Mutex<Vec<PoolFile>>,
+    /// How many empty files the worker keeps ready (see `POOL_TARGET_MAX`).
+    pool_target: AtomicUsize,
+    /// Most files the pool holds: each is an open descriptor, and a process may have
+    /// few (a quarter of the soft limit at most).
+    pool_max: usize,
     next_name: AtomicU64,
     pub(crate) entries: Mutex<HashMap<InodeNo, Arc<StagedFile>>>,
     /// Serialises the creation of staged files (materialisation included).
@@ -204,9 +214,12 @@ impl Staging {
                 existing.push(name);
             }
         }
+        let pool_max = POOL_RECYCLED_MAX.min(descriptor_limit() / 4).max(POOL_LOW);
         let staging = Staging {
             dir: dir.to_path_buf(),
             pool: Mutex::new(Vec::new()),
+            pool_target: AtomicUsize::new(POOL_LOW),
+            pool_max,
             next_name: AtomicU64::new(highest + 1),
             entries: Mutex::new(HashMap::new()),
             create_lock: Mutex::new(()),
@@ -241,7 +254,7 @@ impl Staging {
     pub fn give_back(&self, pool_file: PoolFile) {
         let emptied = pool_file.file.set_len(0);
         let mut pool = lock(&self.pool);
-        if emptied.is_ok() && pool.len() < POOL_RECYCLED_MAX {
+        if emptied.is_ok() && pool.len() < self.pool_max {
             pool.push(pool_file);
         } else {
             drop(pool);
@@ -288,6 +301,11 @@ impl Staging {
 
     pub fn pool_len(&self) -> usize {
         lock(&self.pool).len()
+    }
+
+    /// How many empty files the worker should keep ready now.
+    pub fn pool_target(&self) -> usize {
+        self.pool_target.load(Ordering::Relaxed)
     }
 
     fn new_name(&self) -> String {
@@ -352,9 +370,20 @@ impl Staging {
         wake.notify_one();
     }
 
-    /// An empty file from the pool, if one is ready (never creates one).
+    /// An empty file from the pool, if one is ready (never creates one). Finding none
+    /// doubles the pool's target and wakes the worker to refill it.
     pub fn try_reserve(&self) -> Option<PoolFile> {
-        lock(&self.pool).pop()
+        let taken = lock(&self.pool).pop();
+        if taken.is_none() {
+            let limit = POOL_TARGET_MAX.min(self.pool_max);
+            let _ = self
+                .pool_target
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |target| {
+                    (target < limit).then(|| (target * 2).min(limit))
+                });
+            self.wake_now();
+        }
+        taken
     }
 
     /// Tells the worker to stop (it does once it holds no work).
@@ -403,5 +432,48 @@ impl Staging {
             out.push(staged);
         }
         out
+    }
+}
+
+/// The soft limit on open files of this process (`RLIMIT_NOFILE`).
+fn descriptor_limit() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 1024;
+    }
+    usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_found_empty_grows_its_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let (staging, _) = Staging::open(&dir.path().join("staging"), 0, 0).unwrap();
+        assert_eq!(staging.pool_target(), POOL_LOW);
+        assert!(staging.try_reserve().is_none());
+        assert_eq!(staging.pool_target(), 2 * POOL_LOW);
+        staging.refill(staging.pool_target()).unwrap();
+        assert_eq!(staging.pool_len(), 2 * POOL_LOW);
+        // Taking files that are there changes nothing.
+        let taken: Vec<_> = (0..2 * POOL_LOW)
+            .map(|_| staging.try_reserve().unwrap())
+            .collect();
+        assert_eq!(staging.pool_target(), 2 * POOL_LOW);
+        // Misses double it up to the bound.
+        for _ in 0..20 {
+            assert!(staging.try_reserve().is_none());
+        }
+        assert_eq!(staging.pool_target(), POOL_TARGET_MAX.min(staging.pool_max));
+        for file in taken {
+            staging.give_back(file);
+        }
+        assert_eq!(staging.pool_len(), 2 * POOL_LOW);
     }
 }

@@ -129,6 +129,56 @@ pub(crate) fn lookup_attr(conn: &Connection, parent: InodeNo, name: &[u8]) -> Re
     row.map(finish_attr).transpose()
 }
 
+/// The attributes of directory `parent` (`None` if no such node) and of the node its
+/// entry `name` names (`None` if there is no such entry), in one statement.
+pub(crate) fn lookup_in(
+    conn: &Connection,
+    parent: InodeNo,
+    name: &[u8],
+) -> Result<(Option<Attr>, Option<Attr>)> {
+    // Built once per thread: a lookup is the commonest request, and the statement
+    // cache is keyed by the text.
+    thread_local! {
+        static SQL: String = {
+            let columns = |table: &str| {
+                ATTR_COLUMNS
+                    .split(", ")
+                    .map(|c| format!("{table}.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            format!(
+                "SELECT {}, {} FROM nodes p
+                 LEFT JOIN dirents d ON d.parent = p.ino AND d.name = ?2
+                 LEFT JOIN nodes n ON n.ino = d.ino
+                 WHERE p.ino = ?1",
+                columns("p"),
+                columns("n")
+            )
+        };
+    }
+    let child_columns = ATTR_COLUMNS.split(", ").count();
+    let row = SQL
+        .with(|sql| {
+            conn.prepare_cached(sql).and_then(|mut stmt| {
+                stmt.query_row(params![parent.0 as i64, name], |row| {
+                    let dir = attr_from_row(row, 0)?;
+                    let child = match row.get::<_, Option<i64>>(child_columns)? {
+                        Some(_) => Some(attr_from_row(row, child_columns)?),
+                        None => None,
+                    };
+                    Ok((dir, child))
+                })
+                .optional()
+            })
+        })
+        .ctx("looking up a name")?;
+    match row {
+        None => Ok((None, None)),
+        Some((dir, child)) => Ok((Some(finish_attr(dir)?), child.map(finish_attr).transpose()?)),
+    }
+}
+
 /// The target of a symlink.
 pub(crate) fn symlink_target(conn: &Connection, ino: InodeNo) -> Result<Vec<u8>> {
     let row: Option<(i64, Option<Vec<u8>>)> = conn

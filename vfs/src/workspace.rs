@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::params;
 
+use crate::access::{self, Credentials};
 use crate::chunker::{ChunkSizes, Chunker};
 use crate::clock::{Clock, SystemClock};
 use crate::content::{self, BlockCache, ContentCtx};
@@ -545,20 +546,33 @@ impl Workspace {
 
     /// Attributes of the entry `name` in directory `parent`.
     pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        self.lookup_as(None, parent, name)
+    }
+
+    /// [`Workspace::lookup`], by `cred` if given: it needs search permission on
+    /// `parent`.
+    pub(crate) fn lookup_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<Attr> {
         let found = self.inner.db.read(|conn| {
-            match store::lookup_attr(conn, parent, name)? {
+            // The directory and the entry in one statement: a lookup is the commonest
+            // request, and the directory's attributes are needed for the permission
+            // check and to tell a missing name from a missing or non-directory parent.
+            let (dir, entry) = store::lookup_in(conn, parent, name)?;
+            let dir = dir.ok_or_else(kind::NotFound)?;
+            if !dir.is_dir() {
+                return Err(kind::NotDir());
+            }
+            if let Some(cred) = cred {
+                access::search(&dir, cred)?;
+            }
+            match entry {
                 Some(attr) => Ok(attr),
-                None => {
-                    // Tell a missing name from a missing or non-directory parent.
-                    let dir = store::attr(conn, parent)?;
-                    if !dir.is_dir() {
-                        return Err(kind::NotDir());
-                    }
-                    if name.len() > store::NAME_MAX {
-                        return Err(kind::NameTooLong());
-                    }
-                    Err(kind::NotFound())
-                }
+                None if name.len() > store::NAME_MAX => Err(kind::NameTooLong()),
+                None => Err(kind::NotFound()),
             }
         })?;
         Ok(self.overlay(found))
@@ -632,18 +646,46 @@ impl Workspace {
 
     /// Checks that `parent` is a live directory that can take a new entry `name`.
     pub(crate) fn check_new_entry(txn: &WriteTxn<'_>, parent: InodeNo, name: &[u8]) -> Result<()> {
+        Self::check_new_entry_as(txn, None, parent, name).map(drop)
+    }
+
+    /// [`Workspace::check_new_entry`], by `cred` if given (write and search permission
+    /// on `parent`, after the checks Linux makes first). Returns the directory.
+    pub(crate) fn check_new_entry_as(
+        txn: &WriteTxn<'_>,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<Attr> {
         store::check_name(name)?;
         let dir = store::attr(txn, parent)?;
         if !dir.is_dir() {
             return Err(kind::NotDir());
         }
-        if dir.nlink == 0 {
-            return Err(kind::NotFound());
-        }
         if store::lookup(txn, parent, name)?.is_some() {
             return Err(kind::Exists());
         }
-        Ok(())
+        if dir.nlink == 0 {
+            return Err(kind::NotFound());
+        }
+        if let Some(cred) = cred {
+            access::may_create(&dir, cred)?;
+        }
+        Ok(dir)
+    }
+
+    /// The owner of a node made in `dir`: as given by a trusted caller, or decided by the
+    /// rules for `cred` (its ids, the directory's group if set-group-id).
+    pub(crate) fn owner_in(
+        dir: &Attr,
+        cred: Option<&Credentials<'_>>,
+        owner: NewNode,
+        kind: FileKind,
+    ) -> NewNode {
+        match cred {
+            Some(cred) => access::new_owner(dir, cred, owner.perm, kind),
+            None => owner,
+        }
     }
 
     /// Creates a node of any kind but directory and symlink (regular file, fifo, socket,
@@ -656,13 +698,28 @@ impl Workspace {
         owner: NewNode,
         rdev: u32,
     ) -> Result<Attr> {
+        self.mknod_as(None, parent, name, kind, owner, rdev)
+    }
+
+    /// [`Workspace::mknod`], by `cred` if given: it owns the node (only `owner.perm` is
+    /// used) and needs write and search permission on `parent`.
+    pub(crate) fn mknod_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+        kind: FileKind,
+        owner: NewNode,
+        rdev: u32,
+    ) -> Result<Attr> {
         if matches!(kind, FileKind::Directory | FileKind::Symlink) {
             return Err(Error::invalid("mknod cannot make directories or symlinks"));
         }
         self.write_gate().pass()?;
         let now = self.now();
         self.inner.db.write(|txn| {
-            Self::check_new_entry(txn, parent, name)?;
+            let dir = Self::check_new_entry_as(txn, cred, parent, name)?;
+            let owner = Self::owner_in(&dir, cred, owner, kind);
             let ino = store::insert_node(txn, kind, owner, rdev, None, now)?;
             store::insert_dirent(txn, parent, name, ino)?;
             store::touch_dir(txn, parent, 0, now)?;
@@ -678,7 +735,20 @@ impl Workspace {
         owner: NewNode,
         flags: OpenFlags,
     ) -> Result<(Attr, FileHandle)> {
-        let attr = self.mknod(parent, name, FileKind::File, owner, 0)?;
+        self.create_as(None, parent, name, owner, flags)
+    }
+
+    /// [`Workspace::create`], by `cred` if given (see [`Workspace::mknod_as`]). The
+    /// creator may write the new file whatever its mode, as `open(O_CREAT)` may.
+    pub(crate) fn create_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+        owner: NewNode,
+        flags: OpenFlags,
+    ) -> Result<(Attr, FileHandle)> {
+        let attr = self.mknod_as(cred, parent, name, FileKind::File, owner, 0)?;
         let handle = self.open_file(
             attr.ino,
             OpenFlags {
@@ -691,10 +761,22 @@ impl Workspace {
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: InodeNo, name: &[u8], owner: NewNode) -> Result<Attr> {
+        self.mkdir_as(None, parent, name, owner)
+    }
+
+    /// [`Workspace::mkdir`], by `cred` if given (see [`Workspace::mknod_as`]).
+    pub(crate) fn mkdir_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+        owner: NewNode,
+    ) -> Result<Attr> {
         self.write_gate().pass()?;
         let now = self.now();
         self.inner.db.write(|txn| {
-            Self::check_new_entry(txn, parent, name)?;
+            let dir = Self::check_new_entry_as(txn, cred, parent, name)?;
+            let owner = Self::owner_in(&dir, cred, owner, FileKind::Directory);
             let ino = store::insert_node(txn, FileKind::Directory, owner, 0, None, now)?;
             store::insert_dirent(txn, parent, name, ino)?;
             store::touch_dir(txn, parent, 1, now)?;
@@ -705,6 +787,18 @@ impl Workspace {
     /// Creates a symlink to `target`.
     pub fn symlink(
         &self,
+        parent: InodeNo,
+        name: &[u8],
+        target: &[u8],
+        owner: NewNode,
+    ) -> Result<Attr> {
+        self.symlink_as(None, parent, name, target, owner)
+    }
+
+    /// [`Workspace::symlink`], by `cred` if given (see [`Workspace::mknod_as`]).
+    pub(crate) fn symlink_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
         parent: InodeNo,
         name: &[u8],
         target: &[u8],
@@ -721,12 +815,12 @@ impl Workspace {
             return Err(Error::invalid("symlink target contains NUL"));
         }
         let now = self.now();
-        let owner = NewNode {
-            perm: 0o777,
-            ..owner
-        };
         self.inner.db.write(|txn| {
-            Self::check_new_entry(txn, parent, name)?;
+            let dir = Self::check_new_entry_as(txn, cred, parent, name)?;
+            let owner = NewNode {
+                perm: 0o777,
+                ..Self::owner_in(&dir, cred, owner, FileKind::Symlink)
+            };
             let ino = store::insert_node(txn, FileKind::Symlink, owner, 0, Some(target), now)?;
             store::insert_dirent(txn, parent, name, ino)?;
             store::touch_dir(txn, parent, 0, now)?;
@@ -736,10 +830,30 @@ impl Workspace {
 
     /// Adds a hard link to `ino` as `name` in `parent`.
     pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        self.link_as(None, false, ino, parent, name)
+    }
+
+    /// [`Workspace::link`], by `cred` if given: with `protected_hardlinks`, only a file
+    /// the caller owns or may read and write (see `access::may_link`); and write and
+    /// search permission on `parent`.
+    pub(crate) fn link_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        protected_hardlinks: bool,
+        ino: InodeNo,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<Attr> {
         self.write_gate().pass()?;
         let now = self.now();
         let attr = self.inner.db.write(|txn| {
             let attr = store::attr(txn, ino)?;
+            // A caller's link is checked in the kernel's order: the source, then the
+            // new entry, then what the filesystem refuses.
+            if let Some(cred) = cred {
+                access::may_link(&attr, cred, protected_hardlinks)?;
+                Self::check_new_entry_as(txn, Some(cred), parent, name)?;
+            }
             if attr.is_dir() {
                 return Err(kind::NotPermitted());
             }
@@ -749,7 +863,9 @@ impl Workspace {
             if attr.nlink >= LINK_MAX {
                 return Err(kind::TooManyLinks());
             }
-            Self::check_new_entry(txn, parent, name)?;
+            if cred.is_none() {
+                Self::check_new_entry(txn, parent, name)?;
+            }
             store::insert_dirent(txn, parent, name, ino)?;
             store::add_nlink(txn, ino, 1, now)?;
             store::touch_dir(txn, parent, 0, now)?;
@@ -760,21 +876,37 @@ impl Workspace {
 
     /// Removes a non-directory entry. The node lives on while it has links or open handles.
     pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        self.unlink_as(None, parent, name)
+    }
+
+    /// [`Workspace::unlink`], by `cred` if given: write and search permission on
+    /// `parent`, and the sticky bit's rule.
+    pub(crate) fn unlink_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<()> {
         let now = self.now();
         self.inner.db.write(|txn| {
             txn.skip_quota();
-            let dir = store::attr(txn, parent)?;
+            // The directory and the entry's node in one statement: `rm` of many files
+            // is a burst of these.
+            let (dir, attr) = store::lookup_in(txn, parent, name)?;
+            let dir = dir.ok_or_else(kind::NotFound)?;
             if !dir.is_dir() {
                 return Err(kind::NotDir());
             }
-            let ino = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
-            let attr = store::attr(txn, ino)?;
+            let attr = attr.ok_or_else(kind::NotFound)?;
+            if let Some(cred) = cred {
+                access::may_delete(&dir, &attr, cred)?;
+            }
             if attr.is_dir() {
                 return Err(kind::IsDir());
             }
             store::remove_dirent(txn, parent, name)?;
             store::touch_dir(txn, parent, 0, now)?;
-            self.drop_link(txn, ino, now)
+            self.drop_link_of(txn, &attr, now)
         })
     }
 
@@ -786,9 +918,20 @@ impl Workspace {
         ino: InodeNo,
         now: TimestampNs,
     ) -> Result<()> {
-        store::add_nlink(txn, ino, -1, now)?;
         let attr = store::attr(txn, ino)?;
-        if attr.nlink == 0 {
+        self.drop_link_of(txn, &attr, now)
+    }
+
+    /// [`Workspace::drop_link`] of a node whose attributes were just read in `txn`.
+    pub(crate) fn drop_link_of(
+        &self,
+        txn: &mut WriteTxn<'_>,
+        attr: &Attr,
+        now: TimestampNs,
+    ) -> Result<()> {
+        let ino = attr.ino;
+        store::add_nlink(txn, ino, -1, now)?;
+        if attr.nlink == 1 {
             // The flag is set under the open-table lock, so the last release either
             // comes after (and sees it) or came before (and we find no entry).
             let flagged = match lock(&self.inner.open).get(&ino) {
@@ -819,6 +962,16 @@ impl Workspace {
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        self.rmdir_as(None, parent, name)
+    }
+
+    /// [`Workspace::rmdir`], by `cred` if given (as [`Workspace::unlink_as`]).
+    pub(crate) fn rmdir_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+    ) -> Result<()> {
         if name == b"." {
             return Err(Error::invalid("cannot remove '.'"));
         }
@@ -834,6 +987,9 @@ impl Workspace {
             }
             let ino = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
             let attr = store::attr(txn, ino)?;
+            if let Some(cred) = cred {
+                access::may_delete(&dir, &attr, cred)?;
+            }
             if !attr.is_dir() {
                 return Err(kind::NotDir());
             }
@@ -856,6 +1012,21 @@ impl Workspace {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        self.rename_as(None, parent, name, new_parent, new_name, flags)
+    }
+
+    /// [`Workspace::rename`], by `cred` if given: removing the source's entry and
+    /// adding (or replacing) the target's follow the rules of unlink and create, and a
+    /// directory moving to another parent must be writable (its `..` changes).
+    pub(crate) fn rename_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        parent: InodeNo,
+        name: &[u8],
+        new_parent: InodeNo,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         if flags.exchange && flags.no_replace {
             return Err(Error::invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
         }
@@ -864,11 +1035,9 @@ impl Workspace {
         let now = self.now();
         self.inner.db.write(|txn| {
             txn.skip_quota();
-            for dir in [parent, new_parent] {
-                let attr = store::attr(txn, dir)?;
-                if !attr.is_dir() {
-                    return Err(kind::NotDir());
-                }
+            let dirs = [store::attr(txn, parent)?, store::attr(txn, new_parent)?];
+            if dirs.iter().any(|dir| !dir.is_dir()) {
+                return Err(kind::NotDir());
             }
             let src = store::lookup(txn, parent, name)?.ok_or_else(kind::NotFound)?;
             let src_attr = store::attr(txn, src)?;
@@ -880,7 +1049,14 @@ impl Workspace {
             }
             if flags.exchange {
                 let dst = dst.ok_or_else(kind::NotFound)?;
-                return self.exchange(txn, (parent, name, src), (new_parent, new_name, dst), now);
+                let checked = cred.map(|cred| (cred, &dirs));
+                return self.exchange(
+                    txn,
+                    (parent, name, src),
+                    (new_parent, new_name, dst),
+                    checked,
+                    now,
+                );
             }
             if dst == Some(src) {
                 // Two names of the same node: rename(2) does nothing.
@@ -889,9 +1065,27 @@ impl Workspace {
             if src_attr.is_dir() && store::is_ancestor(txn, src, new_parent)? {
                 return Err(Error::invalid("cannot move a directory into itself"));
             }
+            let dst_attr = dst.map(|dst| store::attr(txn, dst)).transpose()?;
+            if let Some(cred) = cred {
+                access::may_delete(&dirs[0], &src_attr, cred)?;
+                match &dst_attr {
+                    Some(dst_attr) => {
+                        access::may_delete(&dirs[1], dst_attr, cred)?;
+                        // Linux checks the kinds here, before the `..` write check.
+                        match (src_attr.is_dir(), dst_attr.is_dir()) {
+                            (true, false) => return Err(kind::NotDir()),
+                            (false, true) => return Err(kind::IsDir()),
+                            _ => {}
+                        }
+                    }
+                    None => access::may_create(&dirs[1], cred)?,
+                }
+                if src_attr.is_dir() && parent != new_parent {
+                    access::may_reparent(&src_attr, cred)?;
+                }
+            }
             let mut replaced_dir = false;
-            if let Some(dst) = dst {
-                let dst_attr = store::attr(txn, dst)?;
+            if let (Some(dst), Some(dst_attr)) = (dst, dst_attr) {
                 match (src_attr.is_dir(), dst_attr.is_dir()) {
                     (true, false) => return Err(kind::NotDir()),
                     (false, true) => return Err(kind::IsDir()),
@@ -925,11 +1119,15 @@ impl Workspace {
         })
     }
 
+    /// `RENAME_EXCHANGE`. With `checked`, the caller and the two directories: each entry
+    /// is removed and re-added by the caller, and a directory changing parent must be
+    /// writable.
     fn exchange(
         &self,
         txn: &mut WriteTxn<'_>,
         (a_parent, a_name, a): (InodeNo, &[u8], InodeNo),
         (b_parent, b_name, b): (InodeNo, &[u8], InodeNo),
+        checked: Option<(&Credentials<'_>, &[Attr; 2])>,
         now: TimestampNs,
     ) -> Result<()> {
         if a == b {
@@ -942,6 +1140,17 @@ impl Workspace {
         }
         if b_attr.is_dir() && store::is_ancestor(txn, b, a_parent)? {
             return Err(Error::invalid("cannot move a directory into itself"));
+        }
+        if let Some((cred, [a_dir, b_dir])) = checked {
+            access::may_delete(a_dir, &a_attr, cred)?;
+            access::may_delete(b_dir, &b_attr, cred)?;
+            if a_parent != b_parent {
+                for moved in [&a_attr, &b_attr] {
+                    if moved.is_dir() {
+                        access::may_reparent(moved, cred)?;
+                    }
+                }
+            }
         }
         // Re-point both entries; each gets a new cookie and revision.
         store::remove_dirent(txn, a_parent, a_name)?;
@@ -1517,11 +1726,31 @@ impl Workspace {
     // ------------------------------------------------------------ extended attributes
 
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
-        if !self.inner.xattrs_maybe.load(Ordering::SeqCst) {
+        self.getxattr_as(None, ino, name)
+    }
+
+    /// [`Workspace::getxattr`], by `cred` if given (see `access::may_xattr`).
+    pub(crate) fn getxattr_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        ino: InodeNo,
+        name: &[u8],
+    ) -> Result<Vec<u8>> {
+        // The kernel asks for `security.capability` before the first write to every
+        // file; that needs no permission and, while no attribute exists, no query.
+        let cred = cred.filter(|_| access::xattr_needs_permission(name));
+        let none_exist = !self.inner.xattrs_maybe.load(Ordering::SeqCst);
+        if none_exist && cred.is_none() {
             return Err(kind::NoAttribute());
         }
         self.inner.db.read(|conn| {
-            store::attr(conn, ino)?;
+            let attr = store::attr(conn, ino)?;
+            if let Some(cred) = cred {
+                access::may_xattr(&attr, name, false, cred)?;
+            }
+            if none_exist {
+                return Err(kind::NoAttribute());
+            }
             let value: Option<Vec<u8>> = conn
                 .prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")
                 .and_then(|mut stmt| {
@@ -1548,6 +1777,18 @@ impl Workspace {
     }
 
     pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSet) -> Result<()> {
+        self.setxattr_as(None, ino, name, value, mode)
+    }
+
+    /// [`Workspace::setxattr`], by `cred` if given (see `access::may_xattr`).
+    pub(crate) fn setxattr_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        ino: InodeNo,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrSet,
+    ) -> Result<()> {
         self.write_gate().pass()?;
         if name.is_empty() {
             return Err(Error::invalid("empty attribute name"));
@@ -1563,7 +1804,10 @@ impl Workspace {
         // never miss a row.
         self.inner.xattrs_maybe.store(true, Ordering::SeqCst);
         self.inner.db.write(|txn| {
-            store::attr(txn, ino)?;
+            let attr = store::attr(txn, ino)?;
+            if let Some(cred) = cred {
+                access::may_xattr(&attr, name, true, cred)?;
+            }
             let exists = txn
                 .prepare_cached("SELECT 1 FROM xattrs WHERE ino = ?1 AND name = ?2")
                 .and_then(|mut stmt| stmt.exists(params![ino.0 as i64, name]))
@@ -1583,10 +1827,23 @@ impl Workspace {
     }
 
     pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
+        self.removexattr_as(None, ino, name)
+    }
+
+    /// [`Workspace::removexattr`], by `cred` if given (see `access::may_xattr`).
+    pub(crate) fn removexattr_as(
+        &self,
+        cred: Option<&Credentials<'_>>,
+        ino: InodeNo,
+        name: &[u8],
+    ) -> Result<()> {
         let now = self.now();
         self.inner.db.write(|txn| {
             txn.skip_quota();
-            store::attr(txn, ino)?;
+            let attr = store::attr(txn, ino)?;
+            if let Some(cred) = cred {
+                access::may_xattr(&attr, name, true, cred)?;
+            }
             let removed = txn
                 .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")
                 .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, name]))

@@ -1,0 +1,173 @@
+//! Permissions through a real mount. A mount only root can reach leaves every check to
+//! the daemon (no `default_permissions`), so root's own limits must come from the store:
+//! executing needs an execute bit, and a root process without its capabilities is an
+//! ordinary user. A mount other users can reach keeps the kernel's checks as well, and
+//! the daemon's must agree with them (supplementary groups, the sticky bit, set-group-id
+//! directories). `vfs/tests/permissions.rs` compares the rules themselves with the
+//! kernel's, case by case.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Output;
+
+use common::{describe_failure, try_sh, Mount};
+
+fn mount_options(m: &Mount) -> String {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let mnt = m.mnt.to_str().unwrap();
+    mounts
+        .lines()
+        .find(|line| line.split(' ').nth(1) == Some(mnt))
+        .and_then(|line| line.split(' ').nth(3))
+        .unwrap_or_else(|| panic!("{mnt} is not in /proc/mounts"))
+        .to_owned()
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// Runs `script` in the mount with `setpriv` arguments in front of bash.
+fn run_as(m: &Mount, setpriv: &str, script: &str) -> Output {
+    try_sh(
+        &m.mnt,
+        &format!("setpriv {setpriv} bash -c {}", shell_quote(script)),
+    )
+}
+
+fn ok(m: &Mount, setpriv: &str, script: &str) -> String {
+    let out = run_as(m, setpriv, script);
+    if !out.status.success() {
+        panic!("{}", describe_failure(script, Some(&m.mnt), &out));
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn refused(m: &Mount, setpriv: &str, script: &str, message: &str) {
+    let out = run_as(m, setpriv, script);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains(message),
+        "{}",
+        describe_failure(
+            &format!("{script} (should fail: {message})"),
+            Some(&m.mnt),
+            &out
+        )
+    );
+}
+
+/// Root without the capabilities that override file permissions: its effective set
+/// comes from the bounding set at exec.
+const WEAK_ROOT: &str = "--bounding-set=-dac_override,-dac_read_search,-fowner,-chown,-fsetid";
+
+#[test]
+fn a_mount_only_root_reaches_is_checked_by_the_daemon() {
+    let m = Mount::new();
+    let options = mount_options(&m);
+    assert!(
+        !options.split(',').any(|o| o == "default_permissions"),
+        "a mount without --allow-other should leave permissions to the daemon: {options}"
+    );
+    m.sh(
+        "echo data > plain && chmod 644 plain && printf '#!/bin/sh\\necho ran\\n' > tool && \
+         chmod 644 tool && mkdir closed && echo inner > closed/f && chmod 000 closed && \
+         echo theirs > theirs && chown 1000:1000 theirs && chmod 600 theirs",
+    );
+    // Root reads, writes and searches anything, but executes only what has an x bit.
+    assert_eq!(m.sh("cat plain theirs closed/f"), "data\ntheirs\ninner\n");
+    m.sh("test -r theirs && test -w theirs && test -x closed && ! test -x plain");
+    let out = try_sh(&m.mnt, "./tool");
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{}",
+        describe_failure("./tool (no execute bit)", Some(&m.mnt), &out)
+    );
+    m.sh("chmod 744 tool");
+    assert_eq!(m.sh("./tool"), "ran\n");
+    m.sh("cd closed && cat f > /dev/null");
+
+    // Without its capabilities, root is the owner of its own files and nothing more:
+    // the daemon reads them from /proc for the request.
+    assert_eq!(ok(&m, WEAK_ROOT, "cat plain"), "data\n");
+    refused(&m, WEAK_ROOT, "cat theirs", "Permission denied");
+    refused(&m, WEAK_ROOT, "echo x >> theirs", "Permission denied");
+    refused(&m, WEAK_ROOT, "chmod 644 theirs", "Operation not permitted");
+    refused(
+        &m,
+        WEAK_ROOT,
+        "python3 -c 'import os; os.utime(\"theirs\", (5, 5))'",
+        "Operation not permitted",
+    );
+    refused(&m, WEAK_ROOT, "chown 0 theirs", "Operation not permitted");
+    refused(&m, WEAK_ROOT, "test -r theirs", "");
+    refused(&m, WEAK_ROOT, "cd closed", "Permission denied");
+    // execve asks for execute permission, not read (the kernel's FMODE_EXEC in the
+    // open flags says which): a program others may only execute runs, one they may
+    // only read does not.
+    m.sh(
+        "cp /bin/true runs && chown 1000:1000 runs && chmod 711 runs && \
+         cp /bin/true readable && chown 1000:1000 readable && chmod 744 readable",
+    );
+    ok(&m, WEAK_ROOT, "./runs");
+    refused(&m, WEAK_ROOT, "./readable", "Permission denied");
+    assert_eq!(
+        ok(
+            &m,
+            WEAK_ROOT,
+            "head -c 4 readable | od -An -c | tr -d ' \n'"
+        ),
+        "177ELF"
+    );
+    // Its own directory, made unsearchable: a lookup the kernel has not cached is
+    // refused.
+    ok(
+        &m,
+        WEAK_ROOT,
+        "mkdir own && echo x > own/f && chmod 600 own",
+    );
+    m.sh("echo 3 > /proc/sys/vm/drop_caches");
+    refused(&m, WEAK_ROOT, "cat own/f", "Permission denied");
+    refused(&m, WEAK_ROOT, "touch own/g", "Permission denied");
+    m.sh("chmod 755 own && rm -r own && chmod 755 closed");
+}
+
+#[test]
+fn a_shared_mount_keeps_the_kernel_checks_and_agrees_with_them() {
+    let m = Mount::with_args(&["--allow-other"]);
+    std::fs::set_permissions(&m.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let options = mount_options(&m);
+    assert!(
+        options.split(',').any(|o| o == "default_permissions"),
+        "a mount other users reach should keep the kernel's checks: {options}"
+    );
+    m.sh(
+        "chmod 755 . && echo group > grp && chown 0:100 grp && chmod 640 grp && \
+         mkdir tmp && chmod 1777 tmp && mkdir shared && chown 0:100 shared && \
+         chmod 2775 shared",
+    );
+    let member = "--reuid=65534 --regid=65534 --groups=100";
+    let stranger = "--reuid=65533 --regid=65533 --clear-groups";
+    // A supplementary group the daemon learns from /proc grants what the kernel grants.
+    assert_eq!(ok(&m, member, "cat grp"), "group\n");
+    refused(&m, stranger, "cat grp", "Permission denied");
+    refused(&m, member, "echo x >> grp", "Permission denied");
+    // The sticky bit: each user removes their own entries only.
+    ok(&m, member, "echo a > tmp/a");
+    ok(&m, stranger, "echo b > tmp/b");
+    refused(&m, stranger, "rm -f tmp/a", "Operation not permitted");
+    ok(&m, stranger, "rm tmp/b");
+    // A set-group-id directory gives new entries its group, and new directories the bit.
+    ok(&m, member, "echo s > shared/f && mkdir shared/sub");
+    assert_eq!(m.sh("stat -c %u:%g shared/f"), "65534:100\n");
+    assert_eq!(m.sh("stat -c %u:%g:%a shared/sub"), "65534:100:2755\n");
+    // chgrp to a group of one's own, not to another.
+    ok(&m, member, "chgrp 100 tmp/a && chgrp 65534 tmp/a");
+    refused(&m, member, "chgrp 0 tmp/a", "Operation not permitted");
+    // A chmod by an owner outside the file's group drops set-group-id.
+    m.sh("chown 65533:100 tmp/a && chmod 644 tmp/a");
+    ok(&m, stranger, "chmod 2755 tmp/a");
+    assert_eq!(m.sh("stat -c %a tmp/a"), "755\n");
+    // access(2) and chdir as the kernel answers them.
+    ok(&m, member, "test -r grp && ! test -w grp && cd shared");
+}
