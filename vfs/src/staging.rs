@@ -253,6 +253,9 @@ impl Staging {
     /// Returns a file to the pool, emptied; past the pool's bound it is deleted.
     pub fn give_back(&self, pool_file: PoolFile) {
         let emptied = pool_file.file.set_len(0);
+        if emptied.is_ok() {
+            disarm_flush_on_close(&self.path(&pool_file.name));
+        }
         let mut pool = lock(&self.pool);
         if emptied.is_ok() && pool.len() < self.pool_max {
             pool.push(pool_file);
@@ -433,6 +436,17 @@ impl Staging {
         }
         out
     }
+}
+
+/// Undoes what truncating `path` to zero armed on ext4: its "replace by truncate"
+/// heuristic (`auto_da_alloc`) marks a file truncated to nothing so that the next close
+/// of it starts writeback of its delayed blocks. A recycled staging file is next closed
+/// by the process that writes the new file through passthrough, whose `close(2)` would
+/// then submit disk I/O for a file we never asked to be durable (fsync does that). Any
+/// close clears the mark, so close one now, while the file is empty and there is
+/// nothing to write. On other filesystems this is an open and a close.
+fn disarm_flush_on_close(path: &Path) {
+    let _ = File::open(path);
 }
 
 /// The soft limit on open files of this process (`RLIMIT_NOFILE`).
