@@ -518,9 +518,10 @@ impl Filesystem for WorkspaceFs {
             .lookup(ino(parent), name.as_bytes())
         {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
-            Err(Error::NotFound(_)) => {
-                reply.entry_with_ttls(&Duration::ZERO, &TTL, &negative_attr(), Generation(0))
-            }
+            // Cached as long as a positive entry: names appear only through this
+            // kernel (which replaces the negative entry itself) or through a sync,
+            // which invalidates each name it adds. git and compilers probe many.
+            Err(Error::NotFound(_)) => reply.entry(&TTL, &negative_attr(), Generation(0)),
             Err(err) => reply.error(errno(&err)),
         }
     }
