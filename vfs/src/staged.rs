@@ -829,6 +829,10 @@ impl Workspace {
                 );
             }
         }
+        // Let go of them before recycling: a file deleted since it was ingested here is
+        // recycled only if nothing else holds it, and a file that cannot be recycled
+        // is deleted, which leaves the pool to create another (costly on a busy ext4).
+        drop(small);
         // Deleted nodes: recycle their files once the deletion is committed.
         let doomed = std::mem::take(&mut *lock(&staging.doomed));
         for staged in doomed {
@@ -846,8 +850,15 @@ impl Workspace {
         }
         for staged in staging.eviction_candidates() {
             let mut entries = lock(&staging.entries);
+            // Still this node's file? A deletion since the snapshot moved it to the
+            // doomed list, which recycles it after the deletion commits: recycling it
+            // here as well would find it shared and delete its name under the doomed
+            // list's copy, which would then put a nameless file in the pool.
+            let current = entries
+                .get(&staged.ino)
+                .is_some_and(|entry| Arc::ptr_eq(entry, &staged));
             let state = lock(&staged.state);
-            if state.users == 0 && !state.dirty && !state.ingesting {
+            if current && state.users == 0 && !state.dirty && !state.ingesting {
                 entries.remove(&staged.ino);
                 drop(state);
                 drop(entries);

@@ -930,22 +930,27 @@ impl Workspace {
         now: TimestampNs,
     ) -> Result<()> {
         let ino = attr.ino;
-        store::add_nlink(txn, ino, -1, now)?;
-        if attr.nlink == 1 {
-            // The flag is set under the open-table lock, so the last release either
-            // comes after (and sees it) or came before (and we find no entry).
-            let flagged = match lock(&self.inner.open).get(&ino) {
-                // Open: the last release deletes it (and looks again, in case this
-                // mutation is rolled back).
-                Some(open) => {
-                    open.maybe_orphan.store(true, Ordering::SeqCst);
-                    true
-                }
-                None => false,
-            };
-            if !flagged {
-                self.delete_node(txn, ino)?;
+        if attr.nlink != 1 {
+            return store::add_nlink(txn, ino, -1, now);
+        }
+        // The flag is set under the open-table lock, so the last release either
+        // comes after (and sees it) or came before (and we find no entry).
+        let flagged = match lock(&self.inner.open).get(&ino) {
+            // Open: the last release deletes it (and looks again, in case this
+            // mutation is rolled back).
+            Some(open) => {
+                open.maybe_orphan.store(true, Ordering::SeqCst);
+                true
             }
+            None => false,
+        };
+        if flagged {
+            // Kept, with no links, until its last handle goes.
+            store::add_nlink(txn, ino, -1, now)?;
+        } else {
+            // Gone at once: counting the link first would only rewrite a row (and
+            // its revision index) about to be deleted.
+            self.delete_node(txn, ino)?;
         }
         Ok(())
     }

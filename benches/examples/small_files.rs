@@ -1,0 +1,88 @@
+//! What the store alone spends on the requests of a small-file burst, as the mount
+//! makes them: for each of N files a negative lookup, a create with a staging file, a
+//! release; then an unlink of each. Batched commits and staging as `computerd mount`
+//! sets them. Prints the median time per operation over the rounds.
+//!
+//!   cargo run --release -p computer-benches --example small_files -- [FILES] [ROUNDS]
+//!
+//! A tool for finding where the store's time goes (compare before and after a change,
+//! in one sitting: the machine is noisy), not a figure of the mount: the FUSE round
+//! trips and the kernel are not in it.
+
+use std::time::{Duration, Instant};
+
+use computer_vfs::{InodeNo, NewNode, OpenFlags, Options, Workspace};
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let files: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1000);
+    let rounds: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(7);
+    let dir = tempfile::tempdir()?;
+    let db = dir.path().join("ws.db");
+    let ws = Workspace::open(
+        &db,
+        Options {
+            create: true,
+            staging_dir: Some(dir.path().join("ws.db.staging")),
+            commit_delay: Some(Duration::from_millis(25)),
+            ..Options::default()
+        },
+    )?;
+    let flags = OpenFlags {
+        write: true,
+        truncate: true,
+        ..OpenFlags::default()
+    };
+    let (mut lookups, mut creates, mut releases, mut unlinks) = (vec![], vec![], vec![], vec![]);
+    for round in 0..rounds {
+        let parent = ws
+            .mkdir(
+                InodeNo::ROOT,
+                format!("r{round}").as_bytes(),
+                NewNode::new(0o755),
+            )?
+            .ino;
+        let names: Vec<Vec<u8>> = (0..files).map(|i| format!("f{i}").into_bytes()).collect();
+        let (mut lookup, mut create, mut release) =
+            (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        for name in &names {
+            let t = Instant::now();
+            assert!(ws.lookup(parent, name).is_err());
+            let t1 = Instant::now();
+            let (_, opened) =
+                ws.create_for_kernel(parent, name, NewNode::new(0o644), flags, true)?;
+            let t2 = Instant::now();
+            ws.release(opened.handle)?;
+            let t3 = Instant::now();
+            lookup += t1 - t;
+            create += t2 - t1;
+            release += t3 - t2;
+        }
+        // Let the worker ingest and recycle, as the pause between two commands would.
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        for name in &names {
+            ws.unlink(parent, name)?;
+        }
+        let unlink = t.elapsed();
+        std::thread::sleep(Duration::from_millis(300));
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / files as f64;
+        lookups.push(per(lookup));
+        creates.push(per(create));
+        releases.push(per(release));
+        unlinks.push(per(unlink));
+    }
+    println!(
+        "{files} files, median of {rounds} rounds, us per operation: lookup {:.1}  create {:.1}  release {:.1}  unlink {:.1}",
+        median(lookups),
+        median(creates),
+        median(releases),
+        median(unlinks)
+    );
+    Ok(())
+}
