@@ -50,9 +50,30 @@ enum Command {
     Serve(serve::ServeArgs),
 }
 
+/// Raises the soft limit on open files to the hard one, as a server should: the store
+/// keeps a descriptor per staged file (sized to the soft limit it finds), and 1024, a
+/// common default, would make it fall back to slower paths under a burst of files.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    // An unlimited hard limit cannot be the soft one: the kernel caps descriptors at
+    // fs.nr_open, 2^20 by default.
+    const CAP: u64 = 1 << 20;
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let wanted = hard.min(CAP);
+        if soft < wanted {
+            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, wanted, hard) {
+                tracing::debug!(
+                    "could not raise the open-file limit from {soft} to {wanted}: {err}"
+                );
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log);
+    raise_descriptor_limit();
     let result = match cli.command {
         Command::Fs(args) => fs_cmd::run(args),
         Command::Mount(args) => mount::run(args),

@@ -214,7 +214,12 @@ impl Staging {
                 existing.push(name);
             }
         }
-        let pool_max = POOL_RECYCLED_MAX.min(descriptor_limit() / 4).max(POOL_LOW);
+        // Every pooled and cached file is an open descriptor: together they keep to
+        // three quarters of the process's limit, leaving the rest to the database,
+        // the kernel connection and whatever else the process opens.
+        let descriptors = descriptor_limit();
+        let pool_max = POOL_RECYCLED_MAX.min(descriptors / 4).max(POOL_LOW);
+        let cache_files_max = cache_files_max.min(descriptors / 2);
         let staging = Staging {
             dir: dir.to_path_buf(),
             pool: Mutex::new(Vec::new()),
