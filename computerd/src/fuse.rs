@@ -718,6 +718,8 @@ impl Filesystem for WorkspaceFs {
     fn open(&self, req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("open");
         let want = open_access(flags.0);
+        // Any open but a write-only one can map the file (execve too).
+        let readable = OpenFlags::from_libc(flags.0).read;
         let flags = self.open_flags(flags.0);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(req);
@@ -728,6 +730,9 @@ impl Filesystem for WorkspaceFs {
         };
         let handle = opened.handle.0;
         if let Some(staged) = &opened.staged {
+            if readable {
+                staged.may_be_mapped();
+            }
             let register = |file: &std::fs::File| reply.open_backing(file);
             if let Some(id) = self.backing_id(inode, handle, staged, register) {
                 return reply.opened_passthrough(
@@ -753,6 +758,7 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyCreate,
     ) {
         let _timer = self.timer("create");
+        let readable = OpenFlags::from_libc(flags).read;
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(req);
@@ -770,6 +776,9 @@ impl Filesystem for WorkspaceFs {
         let handle = opened.handle.0;
         let fuse_attr = file_attr(&attr);
         if let Some(staged) = &opened.staged {
+            if readable {
+                staged.may_be_mapped();
+            }
             let register = |file: &std::fs::File| reply.open_backing(file);
             if let Some(id) = self.backing_id(fuse_attr.ino, handle, staged, register) {
                 return reply.created_passthrough(

@@ -512,3 +512,45 @@ fn allow_other_and_permissions() {
     refused("chown 65534 pub.txt", "Operation not permitted");
     ok("chmod 700 mine/sub && test \"$(stat -c %a mine/sub)\" = 700");
 }
+
+/// A process that maps a file and closes its descriptor keeps, through passthrough, a
+/// mapping of the staging file itself, and the daemon gets the RELEASE at the close: the
+/// file must not be emptied for reuse under the mapping, whether it stays (ingested,
+/// evicted) or is removed. git maps its pack indexes this way; it died of SIGBUS in
+/// `git clone` when the staging pool recycled such files. (Python's `mmap` keeps a
+/// duplicate of the descriptor, which would hide the problem: the mapping is made with
+/// libc's.)
+#[test]
+fn mapped_files_outlive_their_descriptors() {
+    let m = Mount::new();
+    let out = m.py(r#"
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+PROT_READ, MAP_PRIVATE = 1, 2
+maps = {}
+for name in ["kept", "removed"]:
+    content = (name * 1000).encode()
+    fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+    os.write(fd, content)
+    os.close(fd)
+    # Opened again for reading, as git opens a pack index it wrote, once the daemon
+    # has had the chance to ingest it.
+    time.sleep(0.5)
+    fd = os.open(name, os.O_RDONLY)
+    addr = libc.mmap(None, len(content), PROT_READ, MAP_PRIVATE, fd, 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    os.close(fd)
+    maps[name] = (addr, content)
+os.unlink("removed")
+# The daemon evicts a small ingested file from the staging cache, and recycles the file
+# of a removed one, within a round of its worker (a second at most): give it a few.
+time.sleep(2.5)
+for name, (addr, content) in maps.items():
+    assert ctypes.string_at(addr, len(content)) == content, name
+print("ok")
+"#);
+    assert_eq!(out.trim(), "ok");
+}

@@ -69,6 +69,12 @@ pub(crate) struct StagedState {
     pub last_used: Instant,
     /// Bytes of the file as last ingested (for the cache bound, without a stat).
     pub size: u64,
+    /// The kernel may have mapped the file into a process: it was handed over for
+    /// passthrough to an open that can read. Such a mapping holds the staging file
+    /// itself, not the FUSE file, so it outlives the last release; emptying the file
+    /// for reuse would then SIGBUS the process (git maps its packs and closes the
+    /// descriptor). Such a file leaves the pool's cycle: it is only ever unlinked.
+    pub mappable: bool,
 }
 
 impl StagedFile {
@@ -79,6 +85,12 @@ impl StagedFile {
 
     pub fn inode(&self) -> InodeNo {
         self.ino
+    }
+
+    /// Says the kernel may map this file into a process from now on (see
+    /// `StagedState::mappable`): it will never be emptied and reused.
+    pub fn may_be_mapped(&self) {
+        lock(&self.state).mappable = true;
     }
 
     /// Size and times of the staged content as the kernel left them.
@@ -272,6 +284,11 @@ impl Staging {
 
     /// Returns the file of an entry nobody uses any more to the pool.
     pub fn recycle_staged(&self, staged: Arc<StagedFile>) {
+        if lock(&staged.state).mappable {
+            // A process may still map it: unlinking keeps its pages for the mapping.
+            let _ = std::fs::remove_file(self.path(&staged.name));
+            return;
+        }
         match Arc::try_unwrap(staged) {
             Ok(staged) => self.give_back(PoolFile {
                 name: staged.name,
@@ -353,6 +370,7 @@ impl Staging {
                 ingesting: false,
                 last_used: Instant::now(),
                 size: 0,
+                mappable: false,
             }),
             ingest_serial: Mutex::new(()),
         })
