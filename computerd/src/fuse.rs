@@ -450,8 +450,6 @@ impl WorkspaceFs {
         if self.writeback {
             flags.append = false;
         }
-        // The kernel may read through any handle to fill its page cache.
-        flags.read = true;
         flags
     }
 }
@@ -718,8 +716,6 @@ impl Filesystem for WorkspaceFs {
     fn open(&self, req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("open");
         let want = open_access(flags.0);
-        // Any open but a write-only one can map the file (execve too).
-        let readable = OpenFlags::from_libc(flags.0).read;
         let flags = self.open_flags(flags.0);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(req);
@@ -730,9 +726,6 @@ impl Filesystem for WorkspaceFs {
         };
         let handle = opened.handle.0;
         if let Some(staged) = &opened.staged {
-            if readable {
-                staged.may_be_mapped();
-            }
             let register = |file: &std::fs::File| reply.open_backing(file);
             if let Some(id) = self.backing_id(inode, handle, staged, register) {
                 return reply.opened_passthrough(
@@ -758,7 +751,6 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyCreate,
     ) {
         let _timer = self.timer("create");
-        let readable = OpenFlags::from_libc(flags).read;
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(req);
@@ -776,9 +768,6 @@ impl Filesystem for WorkspaceFs {
         let handle = opened.handle.0;
         let fuse_attr = file_attr(&attr);
         if let Some(staged) = &opened.staged {
-            if readable {
-                staged.may_be_mapped();
-            }
             let register = |file: &std::fs::File| reply.open_backing(file);
             if let Some(id) = self.backing_id(fuse_attr.ino, handle, staged, register) {
                 return reply.created_passthrough(

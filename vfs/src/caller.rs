@@ -148,9 +148,7 @@ impl<'a> Caller<'a> {
     }
 
     /// [`Workspace::open_for_kernel`] if the caller may access the file as `want` says
-    /// (read, write, or execute for `execve`). `flags` is what the handle may do, which
-    /// can be more than the caller asked (the kernel reads through any handle to fill
-    /// its cache).
+    /// (read, write, or execute for `execve`); `flags` as the caller opened it.
     pub fn open_for_kernel(
         &self,
         ino: InodeNo,

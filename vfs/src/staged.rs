@@ -68,13 +68,28 @@ impl Workspace {
         self.staging().and_then(|s| s.get(ino))
     }
 
-    /// Opens a file for the kernel. With `passthrough`, a file opened for writing is
-    /// staged and the returned staging file should be handed to the kernel.
+    /// Opens a file for the kernel, `flags` as the caller opened it. With `passthrough`,
+    /// a file opened for writing is staged and the returned staging file should be
+    /// handed to the kernel. The handle may read whatever the caller asked: the kernel
+    /// fills its page cache through any handle.
     pub fn open_for_kernel(
         &self,
         ino: InodeNo,
         flags: OpenFlags,
         passthrough: bool,
+    ) -> Result<Opened> {
+        let (flags, mappable) = for_kernel(flags, passthrough);
+        self.open_with(ino, flags, passthrough, mappable)
+    }
+
+    /// [`Workspace::open_for_kernel`] with the handle's own `flags`; `mappable`: a
+    /// staging file returned may be mapped by the caller (`StagedState::mappable`).
+    pub(crate) fn open_with(
+        &self,
+        ino: InodeNo,
+        flags: OpenFlags,
+        passthrough: bool,
+        mappable: bool,
     ) -> Result<Opened> {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
@@ -87,7 +102,7 @@ impl Workspace {
         // thread made progress).
         for _ in 0..ATTACH_ATTEMPTS {
             if let Some(staged) = self.staged_entry(ino) {
-                match self.attach(&staged, flags)? {
+                match self.attach(&staged, flags, mappable)? {
                     Some(handle) => {
                         return Ok(Opened {
                             handle,
@@ -99,7 +114,7 @@ impl Workspace {
             }
             if passthrough && flags.write && self.has_staging() {
                 match self.stage(ino) {
-                    Ok(staged) => match self.attach(&staged, flags)? {
+                    Ok(staged) => match self.attach(&staged, flags, mappable)? {
                         Some(handle) => {
                             return Ok(Opened {
                                 handle,
@@ -144,6 +159,7 @@ impl Workspace {
         flags: OpenFlags,
         passthrough: bool,
     ) -> Result<(Attr, Opened)> {
+        let (flags, mappable) = for_kernel(flags, passthrough);
         self.write_gate().pass()?;
         let Some(staging) = self.staging().filter(|_| passthrough) else {
             let (attr, handle) = self.create_as(cred, parent, name, owner, flags)?;
@@ -199,6 +215,7 @@ impl Workspace {
                     truncate: false,
                     ..flags
                 },
+                mappable,
             )?
             .ok_or_else(|| Error::corrupt("a new staging file vanished"))?;
         Ok((
@@ -272,6 +289,7 @@ impl Workspace {
         &self,
         staged: &Arc<StagedFile>,
         flags: OpenFlags,
+        mappable: bool,
     ) -> Result<Option<FileHandle>> {
         let staging = self
             .staging()
@@ -293,6 +311,7 @@ impl Workspace {
                 state.dirty = true;
             }
             state.users += 1;
+            state.mappable |= mappable;
             if flags.write {
                 state.writers += 1;
                 state.version += 1;
@@ -883,6 +902,20 @@ pub(crate) fn background_priority() {
         let tid = libc::gettid();
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
     }
+}
+
+/// What an open for the kernel may do, from what the caller asked: read whatever the
+/// access mode (the kernel fills its page cache through any handle), and whether a
+/// staging file handed over for passthrough may be mapped into the caller (any open
+/// but a write-only one can map, `execve` included).
+fn for_kernel(flags: OpenFlags, passthrough: bool) -> (OpenFlags, bool) {
+    (
+        OpenFlags {
+            read: true,
+            ..flags
+        },
+        passthrough && flags.read,
+    )
 }
 
 fn recycle(staging: &Staging, staged: Arc<StagedFile>) {

@@ -87,12 +87,6 @@ impl StagedFile {
         self.ino
     }
 
-    /// Says the kernel may map this file into a process from now on (see
-    /// `StagedState::mappable`): it will never be emptied and reused.
-    pub fn may_be_mapped(&self) {
-        lock(&self.state).mappable = true;
-    }
-
     /// Size and times of the staged content as the kernel left them.
     pub(crate) fn stat(&self) -> Result<(u64, TimestampNs, TimestampNs)> {
         let meta = self

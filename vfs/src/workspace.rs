@@ -1367,7 +1367,7 @@ impl Workspace {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
         }
-        self.open_for_kernel(ino, flags, false)
+        self.open_with(ino, flags, false, false)
             .map(|opened| opened.handle)
     }
 
