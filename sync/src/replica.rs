@@ -3,10 +3,8 @@
 //! applies them. Works against any [`Upstream`]: the RPC client, or the simulation's
 //! faulty network.
 
-use std::collections::HashSet;
-
 use computer_vfs::{
-    Applied, BlockHash, ChangeEntry, ChangePage, Conflict, Cursor, EntryState, StoredBlock,
+    file_blocks, Applied, BlockHash, ChangeEntry, ChangePage, Conflict, Cursor, StoredBlock,
     Workspace,
 };
 
@@ -344,20 +342,4 @@ impl Replica {
         batch.clear();
         Ok(())
     }
-}
-
-/// The distinct blocks the file states of `entries` name (holes aside), in order.
-fn file_blocks(entries: &[ChangeEntry]) -> Vec<BlockHash> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for entry in entries {
-        if let EntryState::File { blocks, .. } = &entry.state {
-            for block in blocks {
-                if block.hash.0 != [0; 32] && seen.insert(block.hash) {
-                    out.push(block.hash);
-                }
-            }
-        }
-    }
-    out
 }

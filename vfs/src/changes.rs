@@ -62,6 +62,30 @@ pub struct BlockRef {
     pub len: u32,
 }
 
+impl BlockRef {
+    /// Whether this marks a hole of `len` bytes: the all-zero hash, which no block has.
+    pub fn is_hole(&self) -> bool {
+        self.hash.0 == [0; 32]
+    }
+}
+
+/// The distinct blocks the file states of `entries` name (holes aside), in the order
+/// they first appear: what a receiver of the entries must have.
+pub fn file_blocks(entries: &[ChangeEntry]) -> Vec<BlockHash> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for entry in entries {
+        if let EntryState::File { blocks, .. } = &entry.state {
+            for block in blocks {
+                if !block.is_hole() && seen.insert(block.hash) {
+                    out.push(block.hash);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The state of one path.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntryState {
@@ -356,7 +380,7 @@ impl Workspace {
             let mut pinned = Vec::new();
             for entry in &entries {
                 if let EntryState::File { blocks, .. } = &entry.state {
-                    for block in blocks.iter().filter(|b| !is_hole(b)) {
+                    for block in blocks.iter().filter(|b| !b.is_hole()) {
                         if let Some(id) = content::retain_by_hash(txn, &block.hash)? {
                             pinned.push(id);
                         }
@@ -393,13 +417,7 @@ impl Workspace {
             }
             for id in pinned {
                 // The batch now uses the block: a loose hold on it has done its job.
-                let loose = txn
-                    .prepare_cached("SELECT 1 FROM loose_blocks WHERE id = ?1")
-                    .and_then(|mut s| s.exists([id]))
-                    .ctx("reading loose blocks")?;
-                if loose {
-                    release_loose(txn, cache, id)?;
-                }
+                release_loose(txn, cache, id)?;
                 content::release_block(txn, cache, id)?;
             }
             if changed == 0 {
@@ -422,13 +440,7 @@ impl Workspace {
             txn.keep_revision();
             txn.skip_quota();
             for &id in ids {
-                let loose = txn
-                    .prepare_cached("SELECT 1 FROM loose_blocks WHERE id = ?1")
-                    .and_then(|mut s| s.exists([id]))
-                    .ctx("reading loose blocks")?;
-                if loose {
-                    release_loose(txn, cache, id)?;
-                }
+                release_loose(txn, cache, id)?;
             }
             Ok(())
         })
@@ -436,10 +448,15 @@ impl Workspace {
 }
 
 /// Drops the loose hold on block `id`.
+/// Drops the loose hold on block `id`, if it has one, with the reference it stands for.
 fn release_loose(txn: &mut WriteTxn<'_>, cache: &content::BlockCache, id: i64) -> Result<()> {
-    txn.prepare_cached("DELETE FROM loose_blocks WHERE id = ?1")
+    let held = txn
+        .prepare_cached("DELETE FROM loose_blocks WHERE id = ?1")
         .and_then(|mut s| s.execute([id]))
         .ctx("releasing a loose block")?;
+    if held == 0 {
+        return Ok(());
+    }
     content::release_block(txn, cache, id)
 }
 
@@ -504,11 +521,6 @@ fn block_refs(conn: &Connection, ino: InodeNo) -> Result<Vec<BlockRef>> {
         expected = offset + len;
     }
     Ok(out)
-}
-
-/// The all-zero hash marks a hole of `len` bytes in a block list (no block has it).
-fn is_hole(block: &BlockRef) -> bool {
-    block.hash.0 == [0; 32]
 }
 
 /// Applies one entry; returns whether anything changed.
@@ -651,7 +663,7 @@ fn replace_file(
     let mut extents = Vec::with_capacity(blocks.len());
     let mut offset = 0u64;
     for block in blocks {
-        if !is_hole(block) {
+        if !block.is_hole() {
             let id = match content::retain_by_hash(txn, &block.hash)? {
                 Some(id) => id,
                 None => {

@@ -45,8 +45,8 @@ pub use access::{
 pub use block::{BlockHash, Codec, HASH_LEN};
 pub use caller::Caller;
 pub use changes::{
-    cursor_at_or_after, order_key, BlockRef, ChangeEntry, ChangePage, Cursor, EntryState,
-    StoredBlock,
+    cursor_at_or_after, file_blocks, order_key, BlockRef, ChangeEntry, ChangePage, Cursor,
+    EntryState, StoredBlock,
 };
 pub use check::{CheckReport, Problem};
 pub use chunker::{ChunkSizes, Chunker};

@@ -551,6 +551,21 @@ struct Plan {
     restamp: Vec<Vec<u8>>,
 }
 
+impl Plan {
+    /// Authority::Ours: the peer's losing version of `entry` is written at `kept_as`,
+    /// and the conflict reported.
+    fn keep_copy(&mut self, entry: &ChangeEntry, kept_as: Vec<u8>) {
+        self.conflicts.push(Conflict {
+            path: entry.path.clone(),
+            kept_as: kept_as.clone(),
+        });
+        self.copies.push(ChangeEntry {
+            path: kept_as,
+            ..entry.clone()
+        });
+    }
+}
+
 /// Which side's version stays at a contested path.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Authority {
@@ -738,7 +753,7 @@ impl Workspace {
             if !filled_again || !changes::cursor_at_or_after(through, &part_through) {
                 continue;
             }
-            let later_blocks = file_blocks(&entries[at + 1..]);
+            let later_blocks = changes::file_blocks(&entries[at + 1..]);
             result = self
                 .apply_part(
                     peer,
@@ -951,23 +966,6 @@ impl Workspace {
     }
 }
 
-/// The distinct blocks the file states of `entries` name (holes aside).
-fn file_blocks(entries: &[ChangeEntry]) -> Vec<BlockHash> {
-    let mut out: Vec<BlockHash> = entries
-        .iter()
-        .filter_map(|e| match &e.state {
-            EntryState::File { blocks, .. } => Some(blocks),
-            _ => None,
-        })
-        .flatten()
-        .filter(|b| b.hash.0 != [0; 32])
-        .map(|b| b.hash)
-        .collect();
-    out.sort_by_key(|hash| hash.0);
-    out.dedup();
-    out
-}
-
 /// Whether `path` is `dir` or below it.
 fn is_within(path: &[u8], dir: &[u8]) -> bool {
     path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/' || dir == b"/")
@@ -1052,16 +1050,7 @@ fn plan(
                             &entry.state,
                         )?;
                         if !made {
-                            plan.conflicts.push(Conflict {
-                                path: entry.path.clone(),
-                                kept_as: kept_as.clone(),
-                            });
-                            plan.copies.push(ChangeEntry {
-                                revision: entry.revision,
-                                path: kept_as,
-                                state: entry.state.clone(),
-                                base: entry.base.clone(),
-                            });
+                            plan.keep_copy(entry, kept_as);
                         }
                     }
                     Authority::Theirs => {
@@ -1085,16 +1074,7 @@ fn plan(
                         // Made by an earlier attempt or an earlier copy of this
                         // batch: reported then.
                         if !made {
-                            plan.conflicts.push(Conflict {
-                                path: entry.path.clone(),
-                                kept_as: kept_as.clone(),
-                            });
-                            plan.copies.push(ChangeEntry {
-                                revision: entry.revision,
-                                path: kept_as,
-                                state: entry.state.clone(),
-                                base: entry.base.clone(),
-                            });
+                            plan.keep_copy(entry, kept_as);
                         }
                     }
                     Authority::Theirs => {

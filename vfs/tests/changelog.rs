@@ -9,17 +9,7 @@ fn workspace(dir: &tempfile::TempDir, name: &str) -> Workspace {
 
 /// Every stored block the file states of `entries` name that `to` lacks, from `from`.
 fn blocks_for(from: &Workspace, to: &Workspace, entries: &[ChangeEntry]) -> Vec<StoredBlock> {
-    let mut wanted: Vec<BlockHash> = entries
-        .iter()
-        .filter_map(|e| match &e.state {
-            EntryState::File { blocks, .. } => Some(blocks.iter().map(|b| b.hash)),
-            _ => None,
-        })
-        .flatten()
-        .filter(|h| h.0 != [0; 32])
-        .collect();
-    wanted.sort();
-    wanted.dedup();
+    let wanted = file_blocks(entries);
     let have = to.has_blocks(&wanted).unwrap();
     wanted
         .iter()

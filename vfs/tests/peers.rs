@@ -8,21 +8,7 @@ fn workspace(dir: &tempfile::TempDir, name: &str) -> Workspace {
 }
 
 fn missing_blocks(from: &Workspace, to: &Workspace, entries: &[ChangeEntry]) -> Vec<StoredBlock> {
-    let mut wanted: Vec<BlockHash> = entries
-        .iter()
-        .filter_map(|e| match &e.state {
-            EntryState::File { blocks, .. } => Some(
-                blocks
-                    .iter()
-                    .filter(|b| b.hash.0 != [0; 32])
-                    .map(|b| b.hash),
-            ),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    wanted.sort();
-    wanted.dedup();
+    let wanted = file_blocks(entries);
     let have = to.has_blocks(&wanted).unwrap();
     wanted
         .iter()

@@ -26,19 +26,7 @@ fn sync(from: &Workspace, to: &Workspace, mut cursor: Cursor) -> (Cursor, u64) {
     let mut sent = 0;
     loop {
         let page = from.changes_after(&cursor, 7, 1 << 20).unwrap();
-        let mut wanted = Vec::new();
-        for entry in &page.entries {
-            if let EntryState::File { blocks, .. } = &entry.state {
-                wanted.extend(
-                    blocks
-                        .iter()
-                        .filter(|b| b.hash.0 != [0; 32])
-                        .map(|b| b.hash),
-                );
-            }
-        }
-        wanted.sort();
-        wanted.dedup();
+        let wanted = file_blocks(&page.entries);
         let have = to.has_blocks(&wanted).unwrap();
         let blocks: Vec<StoredBlock> = wanted
             .iter()
@@ -319,22 +307,7 @@ mod random {
     ) -> Cursor {
         loop {
             let page = from.changes_after(&cursor, page_entries, 1 << 20).unwrap();
-            let mut wanted: Vec<BlockHash> = page
-                .entries
-                .iter()
-                .filter_map(|e| match &e.state {
-                    EntryState::File { blocks, .. } => Some(
-                        blocks
-                            .iter()
-                            .filter(|b| b.hash.0 != [0; 32])
-                            .map(|b| b.hash),
-                    ),
-                    _ => None,
-                })
-                .flatten()
-                .collect();
-            wanted.sort();
-            wanted.dedup();
+            let wanted = file_blocks(&page.entries);
             let have = to.has_blocks(&wanted).unwrap();
             let blocks: Vec<StoredBlock> = wanted
                 .iter()
