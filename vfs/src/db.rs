@@ -189,24 +189,51 @@ struct Batch {
     /// The `state` row as of the last mutation: inside a batch nobody else writes it,
     /// so it is read once per batch, not once per mutation.
     state: StateRow,
+    /// `state` is newer than the row in the database. The row is written before the
+    /// batch commits and before anything reads on the writer connection, not by every
+    /// mutation: a burst of mutations (`rm` of many files) writes it once, and outside
+    /// their savepoints, which would each copy its page first.
+    state_unwritten: bool,
+}
+
+impl Batch {
+    /// Writes the counters back to the `state` row if a mutation changed them since.
+    fn write_state(&mut self, conn: &Connection) -> Result<()> {
+        if self.state_unwritten {
+            write_state(conn, &self.state)?;
+            self.state_unwritten = false;
+        }
+        Ok(())
+    }
 }
 
 /// Mutations in one batch at most, whatever the delay.
 const BATCH_MUTATIONS_MAX: u32 = 4096;
 
 impl Writer {
+    /// The connection, to read inside the open batch (which only it sees), with the
+    /// `state` row brought up to date; `None` if no batch is open.
+    fn batch_conn(&mut self) -> Result<Option<&Connection>> {
+        match &mut self.batch {
+            Some(batch) => {
+                batch.write_state(&self.conn)?;
+                Ok(Some(&self.conn))
+            }
+            None => Ok(None),
+        }
+    }
+
     fn commit_batch(&mut self) -> Result<()> {
-        if self.batch.take().is_some() {
-            if let Err(err) = self.conn.execute_batch("COMMIT") {
+        if let Some(mut batch) = self.batch.take() {
+            let committed = batch
+                .write_state(&self.conn)
+                .and_then(|()| self.conn.execute_batch("COMMIT").ctx("committing"));
+            if let Err(err) = committed {
                 // The batch's mutations were acknowledged; losing them is the worst
                 // outcome of a failing disk. Say so loudly and roll back to stay usable.
                 tracing::error!("failed to commit a batch of mutations: {err}");
                 let _ = self.conn.execute_batch("ROLLBACK");
-                return Err(Error::Storage {
-                    path: Default::default(),
-                    context: "committing",
-                    source: err,
-                });
+                return Err(err);
             }
         }
         Ok(())
@@ -341,6 +368,38 @@ pub(crate) struct DbInfo {
     pub workspace_id: String,
 }
 
+/// How much of a savepoint's undo record SQLite keeps in memory before it spills to a
+/// temporary file.
+///
+/// Every mutation is a savepoint inside the open batch, and SQLite copies each page the
+/// mutation changes into that record first (an unlink touches some twenty pages, an
+/// ingestion of many blocks a few hundred). With `temp_store = MEMORY` the record is
+/// kept in 1 KiB pieces, several allocations per page copied, which was a tenth of a
+/// small-file create; with a spill size it is one allocation of this size.
+const STATEMENT_JOURNAL_SPILL_BYTES: i32 = 4 << 20;
+
+/// Process-wide SQLite settings: they only take effect before SQLite initialises, so
+/// this runs before the first connection opens. If something else in the process
+/// initialised SQLite first, the defaults stay (correct, a little slower).
+fn configure_library() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: sqlite3_config is only unsafe against a concurrent initialisation or
+        // use of SQLite; `call_once` runs this before any connection of this crate
+        // opens. Had another user initialised it already, it answers SQLITE_MISUSE and
+        // changes nothing.
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_STMTJRNL_SPILL,
+                STATEMENT_JOURNAL_SPILL_BYTES,
+            )
+        };
+        if rc != rusqlite::ffi::SQLITE_OK {
+            tracing::debug!("SQLite was initialised before the store: statement journals keep their default spill ({rc})");
+        }
+    });
+}
+
 fn configure(conn: &Connection, read_only: bool) -> Result<()> {
     conn.busy_timeout(Duration::from_secs(60))
         .ctx("setting the busy timeout")?;
@@ -349,10 +408,12 @@ fn configure(conn: &Connection, read_only: bool) -> Result<()> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
         .ctx("configuring the connection")?;
     conn.set_prepared_statement_cache_capacity(64);
+    // temp_store stays FILE: MEMORY would keep savepoint records in small pieces (see
+    // STATEMENT_JOURNAL_SPILL_BYTES); up to the spill size they stay in memory anyway.
     let mut pragmas = String::from(
         "PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = OFF;
-         PRAGMA temp_store = MEMORY;
+         PRAGMA temp_store = FILE;
          PRAGMA cache_size = -16384;",
     );
     if !read_only {
@@ -381,6 +442,7 @@ impl Db {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };
+        configure_library();
         let writer = Connection::open_with_flags(path, flags).ctx("opening the database")?;
         configure(&writer, options.read_only)?;
         let info = init_or_check(&writer, options)?;
@@ -413,6 +475,7 @@ impl Db {
     }
 
     pub fn open_in_memory(options: &DbOptions) -> Result<(Db, DbInfo)> {
+        configure_library();
         let writer = Connection::open_in_memory().ctx("opening an in-memory database")?;
         configure(&writer, false)?;
         let info = init_or_check(&writer, options)?;
@@ -449,8 +512,8 @@ impl Db {
             Some(pool) if self.commit_delay.is_none() => pool,
             _ => {
                 let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-                if w.batch.is_some() {
-                    return f(&w.conn);
+                if let Some(conn) = w.batch_conn()? {
+                    return f(conn);
                 }
                 let tx = w.conn.transaction().ctx("starting a read")?;
                 let out = f(&tx)?;
@@ -513,6 +576,7 @@ impl Db {
                 started: Instant::now(),
                 mutations: 0,
                 state,
+                state_unwritten: false,
             });
         }
         run_cached(&w.conn, "SAVEPOINT mutation").ctx("starting a mutation")?;
@@ -539,6 +603,7 @@ impl Db {
                 run_cached(&w.conn, "RELEASE mutation").ctx("ending a mutation")?;
                 let batch = w.batch.as_mut().expect("a batch is open");
                 batch.state = state;
+                batch.state_unwritten = true;
                 batch.mutations += 1;
                 let full = batch.mutations >= BATCH_MUTATIONS_MAX;
                 if !batching || full {
@@ -568,8 +633,8 @@ impl Db {
     /// mutation committed (or batched) before it.
     pub fn read_latest<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if w.batch.is_some() {
-            return f(&w.conn);
+        if let Some(conn) = w.batch_conn()? {
+            return f(conn);
         }
         let tx = w.conn.transaction().ctx("starting a read")?;
         let out = f(&tx)?;
@@ -642,6 +707,28 @@ fn read_state(conn: &Connection) -> Result<StateRow> {
         })
     })
     .ctx("reading the workspace state")
+}
+
+fn write_state(conn: &Connection, state: &StateRow) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE state SET revision = ?1, stored_bytes = ?2, node_count = ?3,
+                next_ino = ?4, next_cookie = ?5, next_block = ?6,
+                quota_bytes = ?7, quota_inodes = ?8 WHERE id = 1",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            state.revision.0 as i64,
+            state.stored_bytes as i64,
+            state.node_count as i64,
+            state.next_ino as i64,
+            state.next_cookie as i64,
+            state.next_block as i64,
+            state.quota.bytes_max.map(|v| v as i64),
+            state.quota.inodes_max.map(|v| v as i64),
+        ])
+    })
+    .ctx("advancing the revision")?;
+    Ok(())
 }
 
 /// Reads the revision, stored bytes and node count as of the connection's snapshot.
@@ -746,25 +833,6 @@ impl WriteTxn<'_> {
                 }
             }
         }
-        self.conn
-            .prepare_cached(
-                "UPDATE state SET revision = ?1, stored_bytes = ?2, node_count = ?3,
-                        next_ino = ?4, next_cookie = ?5, next_block = ?6,
-                        quota_bytes = ?7, quota_inodes = ?8 WHERE id = 1",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    self.committed_revision().0 as i64,
-                    self.stored_bytes as i64,
-                    self.node_count as i64,
-                    self.next_ino as i64,
-                    self.next_cookie as i64,
-                    self.next_block as i64,
-                    self.quota.bytes_max.map(|v| v as i64),
-                    self.quota.inodes_max.map(|v| v as i64),
-                ])
-            })
-            .ctx("advancing the revision")?;
         Ok(StateRow {
             revision: self.committed_revision(),
             stored_bytes: self.stored_bytes,
