@@ -73,7 +73,8 @@ pub(crate) struct StagedState {
     /// passthrough to an open that can read. Such a mapping holds the staging file
     /// itself, not the FUSE file, so it outlives the last release; emptying the file
     /// for reuse would then SIGBUS the process (git maps its packs and closes the
-    /// descriptor). Such a file leaves the pool's cycle: it is only ever unlinked.
+    /// descriptor). Such a file goes back to the pool only if nothing has it open
+    /// any more (`open_elsewhere`); otherwise it is unlinked.
     pub mappable: bool,
 }
 
@@ -278,8 +279,9 @@ impl Staging {
 
     /// Returns the file of an entry nobody uses any more to the pool.
     pub fn recycle_staged(&self, staged: Arc<StagedFile>) {
-        if lock(&staged.state).mappable {
-            // A process may still map it: unlinking keeps its pages for the mapping.
+        if lock(&staged.state).mappable && open_elsewhere(&staged.file) {
+            // A process still maps it: unlinking keeps its pages for the mapping, where
+            // emptying the file for reuse would SIGBUS it.
             let _ = std::fs::remove_file(self.path(&staged.name));
             return;
         }
@@ -466,6 +468,24 @@ fn disarm_flush_on_close(path: &Path) {
     let _ = File::open(path);
 }
 
+/// Whether anything but `file` itself has the file open: a mapping made through
+/// passthrough holds the kernel's own open of the staging file, which outlives the FUSE
+/// file and its RELEASE. Asked of the kernel with a write lease, which it grants only
+/// to the one open of a file (`fcntl(2)`, F_SETLEASE); granted, it is dropped at once.
+/// Any failure (leases disabled, a file system without them) answers yes: the caller
+/// then deletes rather than reuses.
+fn open_elsewhere(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor we own; F_SETLEASE only changes lease state.
+    let leased = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) } == 0;
+    if leased {
+        // SAFETY: as above; removing our own lease.
+        unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK) };
+    }
+    !leased
+}
+
 /// The soft limit on open files of this process (`RLIMIT_NOFILE`).
 fn descriptor_limit() -> usize {
     let mut limit = libc::rlimit {
@@ -506,5 +526,57 @@ mod tests {
             staging.give_back(file);
         }
         assert_eq!(staging.pool_len(), 2 * POOL_LOW);
+    }
+
+    /// A file that was handed out mappable goes back to the pool only once nothing maps
+    /// it: a mapping of this process stands for one made through passthrough (both hold
+    /// an open of the staging file of their own).
+    #[test]
+    fn mappable_files_are_reused_only_when_nothing_maps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (staging, _) = Staging::open(&dir.path().join("staging"), 0, 0).unwrap();
+        let content = vec![b'x'; 8192];
+        let bound = |ino: u64| {
+            staging.refill(1).unwrap();
+            let staged = staging.bind(InodeNo(ino), staging.try_reserve().unwrap(), true);
+            staged.file().write_all_at(&content, 0).unwrap();
+            lock(&staged.state).mappable = true;
+            staged
+        };
+
+        let unmapped = bound(10);
+        let name = unmapped.name.clone();
+        // A reader came and went, as `cat` through passthrough.
+        drop(File::open(staging.path(&name)).unwrap());
+        let before = staging.pool_len();
+        staging.recycle_staged(unmapped);
+        assert_eq!(staging.pool_len(), before + 1, "an unmapped file is reused");
+        assert!(staging.path(&name).exists());
+
+        let mapped = bound(11);
+        let name = mapped.name.clone();
+        let reader = File::open(staging.path(&name)).unwrap();
+        // SAFETY: a private read-only mapping of a file we own, unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                content.len(),
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&reader),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        drop(reader);
+        let before = staging.pool_len();
+        staging.recycle_staged(mapped);
+        assert_eq!(staging.pool_len(), before, "a mapped file is not reused");
+        assert!(!staging.path(&name).exists(), "its name is gone");
+        // SAFETY: the mapping made above, still valid: the pages outlive the name.
+        let mapped_bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, content.len()) };
+        assert_eq!(mapped_bytes, &content[..]);
+        // SAFETY: unmapping what was mapped above.
+        unsafe { libc::munmap(addr, content.len()) };
     }
 }
