@@ -267,7 +267,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         }
         if background.guard.is_finished() {
             tracing::info!("unmounted from outside");
-            break background.join().context("stopping the FUSE workers");
+            break join_unmounted(background);
         }
     };
     drop(control);
@@ -277,6 +277,23 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         replica.follower.stop();
     }
     served
+}
+
+/// Joins a session whose mount the kernel already took down (`umount` from outside).
+///
+/// Dropping a fuser 0.18 session unmounts its mount point unless the connection is
+/// gone, and its check reads a connection the kernel aborted as alive; so it would
+/// unmount whatever is mounted at that path by now, such as the next `computerd mount`
+/// of the same point. The session is forgotten instead of dropped: this process is about
+/// to exit, and its device descriptor goes with it.
+fn join_unmounted(mut background: fuser::BackgroundSession) -> anyhow::Result<()> {
+    let placeholder = std::thread::spawn(|| Ok(()));
+    let session = std::mem::replace(&mut background.guard, placeholder);
+    std::mem::forget(background);
+    match session.join() {
+        Ok(served) => served.context("stopping the FUSE workers"),
+        Err(_) => bail!("the FUSE session thread panicked"),
+    }
 }
 
 /// A replica's sync loop and the kernel cache it invalidates.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_same_text, sh, Mount};
+use common::{assert_same_text, is_mounted, sh, wait_exit, Exited, Mount};
 
 /// Prints a JSON map of every entry under the current directory to its attributes
 /// (except the access time), content hash, symlink target and extended attributes.
@@ -447,6 +447,30 @@ fn signals_unmount_cleanly() {
     assert_eq!(m.sh("cat one.txt two.txt"), "one\ntwo\n");
     m.unmount();
     m.check_db();
+}
+
+/// A daemon unmounted from outside leaves alone whatever is mounted at its mount point
+/// by the time it exits: `umount` and a new `computerd mount` of the same point at once
+/// (as a script restarting the mount does) must leave the new mount standing.
+#[test]
+fn an_exiting_daemon_leaves_the_next_mount_alone() {
+    let mut m = Mount::new();
+    m.sh("echo one > one.txt");
+    for _ in 0..3 {
+        let old = m.unmount_without_waiting();
+        m.mount(&[]);
+        match wait_exit(old, std::time::Duration::from_secs(60)) {
+            Exited::Status(status) => assert!(status.success(), "old daemon: {status:?}"),
+            other => panic!("the old daemon (pid {old}) did not exit: {other:?}"),
+        }
+        assert!(
+            is_mounted(&m.mnt),
+            "the old daemon unmounted the new mount\n--- daemon log ---\n{}",
+            m.daemon_log()
+        );
+        assert_eq!(m.sh("cat one.txt"), "one\n");
+    }
+    m.unmount();
 }
 
 /// Runs `script` as uid/gid 65534 (nobody) in `dir`.

@@ -216,6 +216,22 @@ impl Mount {
         );
     }
 
+    /// Unmounts with `umount` and returns the daemon's pid at once, without waiting for
+    /// it to exit (the caller waits, with [`wait_exit`]).
+    pub fn unmount_without_waiting(&mut self) -> i32 {
+        let pid = self.pid();
+        let out = run_cmd(
+            Command::new("umount").arg(&self.mnt),
+            "umount",
+            Duration::from_secs(60),
+        );
+        if !out.status.success() {
+            panic!("{}", describe_failure("umount", None, &out));
+        }
+        self.pid = None;
+        pid
+    }
+
     /// Stops the daemon with `signal` and asserts it unmounts and exits with status 0.
     pub fn stop_with_signal(&mut self, signal: i32) {
         let pid = self.pid();
