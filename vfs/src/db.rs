@@ -368,36 +368,48 @@ pub(crate) struct DbInfo {
     pub workspace_id: String,
 }
 
-/// How much of a savepoint's undo record SQLite keeps in memory before it spills to a
-/// temporary file.
-///
-/// Every mutation is a savepoint inside the open batch, and SQLite copies each page the
-/// mutation changes into that record first (an unlink touches some twenty pages, an
-/// ingestion of many blocks a few hundred). With `temp_store = MEMORY` the record is
-/// kept in 1 KiB pieces, several allocations per page copied, which was a tenth of a
-/// small-file create; with a spill size it is one allocation of this size.
-const STATEMENT_JOURNAL_SPILL_BYTES: i32 = 4 << 20;
-
-/// Process-wide SQLite settings: they only take effect before SQLite initialises, so
-/// this runs before the first connection opens. If something else in the process
-/// initialised SQLite first, the defaults stay (correct, a little slower).
+/// Process-wide SQLite settings, which only take effect before SQLite initialises: this
+/// runs before the first connection of the store opens. If something else in the
+/// process initialised SQLite first, they stay off (the store works the same).
 fn configure_library() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: sqlite3_config is only unsafe against a concurrent initialisation or
         // use of SQLite; `call_once` runs this before any connection of this crate
         // opens. Had another user initialised it already, it answers SQLITE_MISUSE and
-        // changes nothing.
+        // changes nothing. The callback is a plain function that lives forever.
         let rc = unsafe {
             rusqlite::ffi::sqlite3_config(
-                rusqlite::ffi::SQLITE_CONFIG_STMTJRNL_SPILL,
-                STATEMENT_JOURNAL_SPILL_BYTES,
+                rusqlite::ffi::SQLITE_CONFIG_LOG,
+                sqlite_log as SqliteLogFn,
+                std::ptr::null_mut::<std::ffi::c_void>(),
             )
         };
         if rc != rusqlite::ffi::SQLITE_OK {
-            tracing::debug!("SQLite was initialised before the store: statement journals keep their default spill ({rc})");
+            tracing::debug!("SQLite was initialised before the store; its log stays off ({rc})");
         }
     });
+}
+
+type SqliteLogFn = extern "C" fn(*mut std::ffi::c_void, std::ffi::c_int, *const std::ffi::c_char);
+
+/// SQLite's own log, into ours: the detail behind an I/O error, a full disk or a
+/// corruption, in SQLite's words. Failed statements the store expects (a constraint
+/// that means EEXIST, an undo after SQLite already rolled back) stay at debug level.
+extern "C" fn sqlite_log(
+    _: *mut std::ffi::c_void,
+    code: std::ffi::c_int,
+    message: *const std::ffi::c_char,
+) {
+    // SAFETY: SQLite passes a NUL-terminated message valid for the call.
+    let message = unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy();
+    match code & 0xff {
+        rusqlite::ffi::SQLITE_ERROR | rusqlite::ffi::SQLITE_CONSTRAINT => {
+            tracing::debug!("sqlite ({code}): {message}")
+        }
+        rusqlite::ffi::SQLITE_NOTICE => tracing::info!("sqlite ({code}): {message}"),
+        _ => tracing::warn!("sqlite ({code}): {message}"),
+    }
 }
 
 fn configure(conn: &Connection, read_only: bool) -> Result<()> {
@@ -408,8 +420,13 @@ fn configure(conn: &Connection, read_only: bool) -> Result<()> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
         .ctx("configuring the connection")?;
     conn.set_prepared_statement_cache_capacity(64);
-    // temp_store stays FILE: MEMORY would keep savepoint records in small pieces (see
-    // STATEMENT_JOURNAL_SPILL_BYTES); up to the spill size they stay in memory anyway.
+    // temp_store FILE (SQLite's default): every mutation is a savepoint in the open
+    // batch, and SQLite first copies each page it changes into the savepoint's undo
+    // record. With MEMORY that record is kept in 1 KiB allocations, several per page
+    // copied (a create paid 16-19 us in the store instead of 11-13); with FILE it is
+    // one 64 KiB buffer, past which it goes to a temporary file that stays open for the
+    // batch. (A larger spill, SQLITE_CONFIG_STMTJRNL_SPILL of 1 or 4 MiB, made big
+    // ingestions fail with SQLITE_FULL, 12 runs in 12 at 1 MiB: left at the default.)
     let mut pragmas = String::from(
         "PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = OFF;

@@ -658,11 +658,13 @@ impl Workspace {
         name: &[u8],
     ) -> Result<Attr> {
         store::check_name(name)?;
-        let dir = store::attr(txn, parent)?;
+        // The directory and the name in one statement: a create is a burst of these.
+        let (dir, existing) = store::lookup_in(txn, parent, name)?;
+        let dir = dir.ok_or_else(kind::NotFound)?;
         if !dir.is_dir() {
             return Err(kind::NotDir());
         }
-        if store::lookup(txn, parent, name)?.is_some() {
+        if existing.is_some() {
             return Err(kind::Exists());
         }
         if dir.nlink == 0 {
