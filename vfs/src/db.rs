@@ -394,8 +394,7 @@ fn configure_library() {
 type SqliteLogFn = extern "C" fn(*mut std::ffi::c_void, std::ffi::c_int, *const std::ffi::c_char);
 
 /// SQLite's own log, into ours: the detail behind an I/O error, a full disk or a
-/// corruption, in SQLite's words. Failed statements the store expects (a constraint
-/// that means EEXIST, an undo after SQLite already rolled back) stay at debug level.
+/// corruption, in SQLite's words, as warnings; the rest at debug level.
 extern "C" fn sqlite_log(
     _: *mut std::ffi::c_void,
     code: std::ffi::c_int,
@@ -403,12 +402,19 @@ extern "C" fn sqlite_log(
 ) {
     // SAFETY: SQLite passes a NUL-terminated message valid for the call.
     let message = unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy();
+    use rusqlite::ffi;
     match code & 0xff {
-        rusqlite::ffi::SQLITE_ERROR | rusqlite::ffi::SQLITE_CONSTRAINT => {
-            tracing::debug!("sqlite ({code}): {message}")
-        }
-        rusqlite::ffi::SQLITE_NOTICE => tracing::info!("sqlite ({code}): {message}"),
-        _ => tracing::warn!("sqlite ({code}): {message}"),
+        ffi::SQLITE_IOERR
+        | ffi::SQLITE_CORRUPT
+        | ffi::SQLITE_FULL
+        | ffi::SQLITE_CANTOPEN
+        | ffi::SQLITE_NOMEM
+        | ffi::SQLITE_NOTADB
+        | ffi::SQLITE_READONLY => tracing::warn!("sqlite ({code}): {message}"),
+        ffi::SQLITE_NOTICE => tracing::info!("sqlite ({code}): {message}"),
+        // Constraints that mean EEXIST, undos after SQLite already rolled back, a busy
+        // checkpoint, planner hints.
+        _ => tracing::debug!("sqlite ({code}): {message}"),
     }
 }
 
