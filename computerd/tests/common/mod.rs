@@ -191,17 +191,8 @@ impl Mount {
 
     /// Unmounts with `umount` and asserts the daemon then exits with status 0.
     pub fn unmount(&mut self) {
-        let pid = self.pid();
-        let out = run_cmd(
-            Command::new("umount").arg(&self.mnt),
-            "umount",
-            Duration::from_secs(60),
-        );
-        if !out.status.success() {
-            panic!("{}", describe_failure("umount", None, &out));
-        }
+        let pid = self.unmount_without_waiting();
         let status = wait_exit(pid, DAEMON_EXIT_TIMEOUT);
-        self.pid = None;
         match status {
             Exited::Status(status) if status.success() => {}
             other => panic!(
