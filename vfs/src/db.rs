@@ -768,8 +768,8 @@ pub(crate) fn read_counters(conn: &Connection) -> Result<(Revision, u64, u64, Qu
 /// A write transaction. Dereferences to the SQLite transaction for statements.
 ///
 /// Ids (inode numbers, entry cookies, block ids) come from counters in the `state` row
-/// rather than from AUTOINCREMENT: they are never reused, and the row is written by
-/// every mutation anyway, so no extra page changes.
+/// rather than from AUTOINCREMENT: they are never reused, and the row is written with
+/// every commit anyway, so no extra page changes.
 pub(crate) struct WriteTxn<'c> {
     conn: &'c Connection,
     /// The revision this mutation commits as.
@@ -842,7 +842,8 @@ impl WriteTxn<'_> {
         }
     }
 
-    /// Checks the quota and writes the counters back; returns them.
+    /// Checks the quota and returns the counters, for the batch to write back (see
+    /// `Batch::state_unwritten`).
     fn finish(self) -> Result<StateRow> {
         if self.quota_checked {
             if let Some(max) = self.quota.bytes_max {
