@@ -207,7 +207,7 @@ impl Workspace {
         // Only committed revisions: a batch still open could be lost in a crash, and its
         // revision numbers taken again by other changes after a peer was told of them.
         self.db().commit()?;
-        self.db().read(|conn| {
+        self.db().read_counted(|conn| {
             crate::log::page(
                 conn,
                 self.inner().log_cache(),

@@ -50,7 +50,7 @@ pub(crate) fn changes_after_full_scan(
     ws.commit_all()?;
     ws.settle_staged()?;
     let entries_max = entries_max.max(1);
-    ws.db().read(|conn| {
+    ws.db().read_counted(|conn| {
         let (revision, _, _, _) = crate::db::read_counters(conn)?;
         // From the cursor's revision on, inclusive: its later paths are still to come.
         let candidates = collect_candidates(conn, cursor.revision)?;

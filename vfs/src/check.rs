@@ -78,7 +78,7 @@ impl Workspace {
             self.settle_staged()?;
         }
         let open_now: Vec<InodeNo> = self.open_inodes();
-        self.db().read(|conn| {
+        self.db().read_counted(|conn| {
             let mut report = CheckReport::default();
             sqlite_integrity(conn, &mut report)?;
             let uses = check_extents(conn, &mut report)?;

@@ -190,9 +190,9 @@ struct Batch {
     /// so it is read once per batch, not once per mutation.
     state: StateRow,
     /// `state` is newer than the row in the database. The row is written before the
-    /// batch commits and before anything reads on the writer connection, not by every
-    /// mutation: a burst of mutations (`rm` of many files) writes it once, and outside
-    /// their savepoints, which would each copy its page first.
+    /// batch commits and before a read of the counters (`Db::read_counted`), not by
+    /// every mutation: a burst of creates and lookups, or an `rm` of many files, writes
+    /// it once, and outside their savepoints, which would each copy its page first.
     state_unwritten: bool,
 }
 
@@ -212,11 +212,13 @@ const BATCH_MUTATIONS_MAX: u32 = 4096;
 
 impl Writer {
     /// The connection, to read inside the open batch (which only it sees), with the
-    /// `state` row brought up to date; `None` if no batch is open.
-    fn batch_conn(&mut self) -> Result<Option<&Connection>> {
+    /// `state` row brought up to date if `counted`; `None` if no batch is open.
+    fn batch_conn(&mut self, counted: bool) -> Result<Option<&Connection>> {
         match &mut self.batch {
             Some(batch) => {
-                batch.write_state(&self.conn)?;
+                if counted {
+                    batch.write_state(&self.conn)?;
+                }
                 Ok(Some(&self.conn))
             }
             None => Ok(None),
@@ -528,14 +530,29 @@ impl Db {
     }
 
     /// Runs `f` on a reader connection inside a read transaction, so every statement in
-    /// `f` sees the same snapshot.
+    /// `f` sees the same snapshot. Inside a batch the `state` row may lag behind the
+    /// batch's mutations: whatever reads the counters uses [`Db::read_counted`].
     pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.read_snapshot(false, f)
+    }
+
+    /// [`Db::read`] with the `state` row (revision and counters, [`read_counters`])
+    /// brought up to date first.
+    pub fn read_counted<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.read_snapshot(true, f)
+    }
+
+    fn read_snapshot<T>(
+        &self,
+        counted: bool,
+        f: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<T> {
         let pool = match &self.readers {
             // Batched mutations are visible only to the writer connection: read there.
             Some(pool) if self.commit_delay.is_none() => pool,
             _ => {
                 let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(conn) = w.batch_conn()? {
+                if let Some(conn) = w.batch_conn(counted)? {
                     return f(conn);
                 }
                 let tx = w.conn.transaction().ctx("starting a read")?;
@@ -656,7 +673,7 @@ impl Db {
     /// mutation committed (or batched) before it.
     pub fn read_latest<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(conn) = w.batch_conn()? {
+        if let Some(conn) = w.batch_conn(false)? {
             return f(conn);
         }
         let tx = w.conn.transaction().ctx("starting a read")?;
@@ -754,7 +771,8 @@ fn write_state(conn: &Connection, state: &StateRow) -> Result<()> {
     Ok(())
 }
 
-/// Reads the revision, stored bytes and node count as of the connection's snapshot.
+/// Reads the revision, stored bytes and node count as of the connection's snapshot; on
+/// the writer connection, only current inside [`Db::read_counted`].
 pub(crate) fn read_counters(conn: &Connection) -> Result<(Revision, u64, u64, Quota)> {
     let state = read_state(conn)?;
     Ok((

@@ -377,6 +377,7 @@ impl LogCache {
 /// `bytes_max` bytes of file content (at least one entry, whatever its size).
 /// Revisions for which `skip` says so are passed over whole (a peer's own changes,
 /// which it must not get back). `state_of` reads a node's replicable state.
+/// `conn` is a read of `Db::read_counted` (the page reads the current revision).
 pub(crate) fn page(
     conn: &Connection,
     cache: &LogCache,

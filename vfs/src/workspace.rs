@@ -539,7 +539,7 @@ impl Workspace {
     pub fn revision(&self) -> Result<Revision> {
         self.inner
             .db
-            .read(|conn| db::read_counters(conn).map(|c| c.0))
+            .read_counted(|conn| db::read_counters(conn).map(|c| c.0))
     }
 
     // ---------------------------------------------------------------- reading the tree
@@ -1868,7 +1868,7 @@ impl Workspace {
     /// the database.
     pub fn statfs(&self) -> Result<StatFs> {
         const BLOCK: u64 = 4096;
-        let (_, stored, nodes, quota) = self.inner.db.read(db::read_counters)?;
+        let (_, stored, nodes, quota) = self.inner.db.read_counted(db::read_counters)?;
         let (disk_total, disk_free, disk_files, disk_ffree) = self.disk_space();
         let bytes_total = quota
             .bytes_max
@@ -1929,12 +1929,12 @@ impl Workspace {
     pub fn quota(&self) -> Result<Quota> {
         self.inner
             .db
-            .read(|conn| db::read_counters(conn).map(|c| c.3))
+            .read_counted(|conn| db::read_counters(conn).map(|c| c.3))
     }
 
     /// What the workspace holds.
     pub fn stats(&self) -> Result<Stats> {
-        let mut stats = self.inner.db.read(|conn| {
+        let mut stats = self.inner.db.read_counted(|conn| {
             let mut stats = Stats::default();
             let mut stmt = conn
                 .prepare("SELECT kind, count(*), coalesce(sum(size), 0) FROM nodes GROUP BY kind")
