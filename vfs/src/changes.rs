@@ -63,9 +63,12 @@ pub struct BlockRef {
 }
 
 impl BlockRef {
-    /// Whether this marks a hole of `len` bytes: the all-zero hash, which no block has.
+    /// The hash that marks a hole of `len` bytes: all zeros, which no block has.
+    pub const HOLE: BlockHash = BlockHash([0; 32]);
+
+    /// Whether this marks a hole of `len` bytes.
     pub fn is_hole(&self) -> bool {
-        self.hash.0 == [0; 32]
+        self.hash == Self::HOLE
     }
 }
 
@@ -509,7 +512,7 @@ fn block_refs(conn: &Connection, ino: InodeNo) -> Result<Vec<BlockRef>> {
         while gap > 0 {
             let piece = gap.min(u32::MAX as u64);
             out.push(BlockRef {
-                hash: BlockHash([0; 32]),
+                hash: BlockRef::HOLE,
                 len: piece as u32,
             });
             gap -= piece;
