@@ -106,11 +106,33 @@ impl Workspace {
     }
 
     fn ingest_snapshot(&self, staged: &Arc<StagedFile>, version: u64) -> Result<IngestOutcome> {
+        let mut shadow = None;
+        let result = self.ingest_through_shadow(staged, version, &mut shadow);
+        if result.is_err() && shadow.is_some() {
+            // The blocks stored so far hang off a node without links: drop them now (a
+            // failed ingestion is retried from the staging file, which still holds all).
+            if let Err(err) = self.abandon_shadow(shadow) {
+                tracing::warn!(
+                    "failed to drop the partial ingestion of {}: {err}",
+                    staged.ino
+                );
+            }
+        }
+        result
+    }
+
+    /// [`Workspace::ingest_snapshot`]; `shadow` is the node that holds the blocks stored
+    /// so far of a large file, while it exists.
+    fn ingest_through_shadow(
+        &self,
+        staged: &Arc<StagedFile>,
+        version: u64,
+        shadow: &mut Option<InodeNo>,
+    ) -> Result<IngestOutcome> {
         let ino = staged.ino;
         let (size, mtime, ctime) = staged.stat()?;
         let mut batch: Vec<PreparedChunk> = Vec::new();
         let mut batch_bytes = 0usize;
-        let mut shadow: Option<InodeNo> = None;
         let max = self.chunk_sizes().max;
         let mut window: Vec<u8> = Vec::with_capacity(max + READ_PIECE);
         for (start, end) in data_segments(staged.file(), size) {
@@ -143,13 +165,13 @@ impl Workspace {
                 if batch_bytes >= INGEST_BATCH_BYTES {
                     if !self.still_staged(staged) {
                         // Deleted while we worked: drop what we stored so far.
-                        return self.abandon_shadow(shadow);
+                        return self.abandon_shadow(shadow.take());
                     }
-                    let target = match shadow {
+                    let target = match *shadow {
                         Some(s) => s,
                         None => {
                             let s = self.create_shadow()?;
-                            shadow = Some(s);
+                            *shadow = Some(s);
                             s
                         }
                     };
@@ -163,9 +185,10 @@ impl Workspace {
         let mut state = lock(&staged.state);
         let clean = state.version == version && state.writers == 0;
         let ctx = self.ctx();
+        let shadow_ino = *shadow;
         let outcome = self.db().write(|txn| {
             let Some(mut attr) = store::load_attr(txn, ino)? else {
-                if let Some(s) = shadow {
+                if let Some(s) = shadow_ino {
                     content::release_all(txn, ctx.cache, s)?;
                     store::delete_node_row(txn, s)?;
                 }
@@ -179,7 +202,7 @@ impl Workspace {
                 )));
             }
             content::release_all(txn, ctx.cache, ino)?;
-            if let Some(s) = shadow {
+            if let Some(s) = shadow_ino {
                 txn.execute(
                     "UPDATE extents SET ino = ?1 WHERE ino = ?2",
                     params![ino.0 as i64, s.0 as i64],
@@ -213,6 +236,8 @@ impl Workspace {
                 IngestOutcome::StillDirty
             })
         })?;
+        // Deleted by the transaction, whichever way it went.
+        *shadow = None;
         if outcome == IngestOutcome::Clean {
             state.dirty = false;
             state.size = size;
