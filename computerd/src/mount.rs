@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use computer_vfs::{Options, Workspace};
 use fuser::{Config, MountOption, SessionACL};
@@ -73,6 +73,11 @@ pub struct MountArgs {
     /// (0: one transaction per change). fsync always commits at once.
     #[arg(long, default_value_t = 25, value_name = "MS")]
     pub commit_delay_ms: u64,
+    /// Keep this much free on the disk holding the database: changes that would store
+    /// more fail with ENOSPC first, so the last batch of changes can always be committed
+    /// and deletions still work (bytes, or with K, M, G, T; 0: no reserve).
+    #[arg(long, default_value = "64M", value_name = "SIZE")]
+    pub disk_reserve: String,
     /// At unmount, log how many requests of each kind were served and the time spent.
     #[arg(long)]
     pub op_stats: bool,
@@ -194,7 +199,14 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     if !meta.is_dir() {
         bail!("{}: not a directory", mountpoint.display());
     }
+    let disk_reserve_bytes = crate::fs_format::parse_size(&args.disk_reserve).ok_or_else(|| {
+        anyhow!(
+            "--disk-reserve {}: expected bytes, optionally with K, M, G or T",
+            args.disk_reserve
+        )
+    })?;
     let options = Options {
+        disk_reserve_bytes,
         create: !args.read_only,
         read_only: args.read_only,
         staging_dir: (!args.read_only).then(|| staging_dir(&db)),

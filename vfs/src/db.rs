@@ -10,13 +10,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::chunker::ChunkSizes;
+use crate::disk_room::{DiskRoom, METADATA_BYTES_PER_MUTATION};
 use crate::error::{Error, Result, StorageContext};
 use crate::types::{Quota, Revision};
 
@@ -150,6 +151,9 @@ pub struct DbOptions {
     pub read_only: bool,
     pub chunk_sizes: ChunkSizes,
     pub reader_pool_max: usize,
+    /// Bytes of the database's disk held for commits (see `disk_room.rs`); 0: none.
+    /// Used only with `commit_delay`.
+    pub disk_reserve_bytes: u64,
 }
 
 /// Checkpoint the WAL into the database file once it holds this much.
@@ -175,17 +179,36 @@ pub(crate) struct Db {
     read_only: bool,
     reader_pool_max: usize,
     commits: AtomicU64,
+    /// Asks for deleted files' space to be given back; true if some is on its way
+    /// (`Workspace::room_maker`). Called when the disk runs short of room.
+    room_maker: OnceLock<RoomMaker>,
 }
+
+pub(crate) type RoomMaker = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// Longest a mutation waits for deleted files' space when the disk is short of room.
+const ROOM_WAIT_MAX: Duration = Duration::from_millis(500);
 
 /// The writer connection and the batch of mutations it holds uncommitted, if any.
 pub(crate) struct Writer {
+    // Field order is drop order: the ballast goes first, so the checkpoint at close has
+    // the room it held.
+    /// Room kept on the database's disk for commits; `None` unless batching on a file
+    /// with a reserve.
+    room: Option<DiskRoom>,
     conn: Connection,
     batch: Option<Batch>,
+    /// Set when a storage failure undid answered mutations (why, for the log and the
+    /// error): from then on every mutation fails, see `Error::Halted`.
+    halted: Option<String>,
 }
 
 struct Batch {
     started: Instant,
     mutations: u32,
+    /// `state.stored_bytes` when the batch began: what it stored since is what its
+    /// commit will write (see `Batch::pending_bytes`).
+    stored_at_start: u64,
     /// The `state` row as of the last mutation: inside a batch nobody else writes it,
     /// so it is read once per batch, not once per mutation.
     state: StateRow,
@@ -197,6 +220,15 @@ struct Batch {
 }
 
 impl Batch {
+    /// About how much the commit of this batch will write: its new block data and a
+    /// page or so of metadata per mutation.
+    fn pending_bytes(&self) -> u64 {
+        self.state
+            .stored_bytes
+            .saturating_sub(self.stored_at_start)
+            .saturating_add(u64::from(self.mutations) * METADATA_BYTES_PER_MUTATION)
+    }
+
     /// Writes the counters back to the `state` row if a mutation changed them since.
     fn write_state(&mut self, conn: &Connection) -> Result<()> {
         if self.state_unwritten {
@@ -209,6 +241,11 @@ impl Batch {
 
 /// Mutations in one batch at most, whatever the delay.
 const BATCH_MUTATIONS_MAX: u32 = 4096;
+/// A batch that stored this much block data commits at once, whatever the delay. It
+/// keeps the batch well inside the page cache (`cache_size`, 16 MiB), so SQLite writes
+/// nothing of it before COMMIT and a failing disk meets it there, not halfway through a
+/// later mutation; and it bounds what the disk reserve must leave room for.
+const BATCH_STORED_BYTES_MAX: u64 = 4 << 20;
 
 impl Writer {
     /// The connection, to read inside the open batch (which only it sees), with the
@@ -227,18 +264,48 @@ impl Writer {
 
     fn commit_batch(&mut self) -> Result<()> {
         if let Some(mut batch) = self.batch.take() {
+            if let Some(room) = &mut self.room {
+                room.before_commit(batch.pending_bytes());
+            }
             let committed = batch
                 .write_state(&self.conn)
                 .and_then(|()| self.conn.execute_batch("COMMIT").ctx("committing"));
             if let Err(err) = committed {
-                // The batch's mutations were acknowledged; losing them is the worst
-                // outcome of a failing disk. Say so loudly and roll back to stay usable.
-                tracing::error!("failed to commit a batch of mutations: {err}");
                 let _ = self.conn.execute_batch("ROLLBACK");
+                if batch.mutations > 0 {
+                    self.halt(batch.mutations, &err);
+                }
                 return Err(err);
+            }
+            if let Some(room) = &mut self.room {
+                room.committed(batch.pending_bytes());
             }
         }
         Ok(())
+    }
+
+    /// `lost` answered mutations were undone by `cause`. Going on would build on a state
+    /// the kernel and every caller believe gone (the inode numbers of the lost creates
+    /// would even be handed out again), so the writer takes no more changes.
+    fn halt(&mut self, lost: u32, cause: &Error) {
+        let why = format!("a storage failure undid {lost} answered change(s) ({cause})");
+        tracing::error!("{why}; the workspace takes no more changes until it is reopened");
+        self.halted.get_or_insert(why);
+    }
+
+    /// Whether the disk is nearly down to its reserve (see `disk_room.rs`).
+    fn room_is_short(&mut self) -> bool {
+        let pending = self.batch.as_ref().map_or(0, Batch::pending_bytes);
+        self.room
+            .as_mut()
+            .is_some_and(|room| room.is_short(pending))
+    }
+
+    fn refuse_if_halted(&self) -> Result<()> {
+        match &self.halted {
+            Some(why) => Err(Error::halted(why.clone())),
+            None => Ok(()),
+        }
     }
 }
 
@@ -477,9 +544,14 @@ impl Db {
             Some(Checkpointer::start(path)?)
         };
         let commit_delay = options.commit_delay.filter(|_| !options.read_only);
+        // Only batches can lose answered mutations to a full disk (`disk_room.rs`).
+        let room = (options.disk_reserve_bytes > 0 && commit_delay.is_some())
+            .then(|| DiskRoom::new(path, options.disk_reserve_bytes));
         let writer = Arc::new(Mutex::new(Writer {
             conn: writer,
             batch: None,
+            room,
+            halted: None,
         }));
         let committer = match commit_delay {
             Some(delay) => Some(Committer::start(writer.clone(), delay)?),
@@ -495,6 +567,7 @@ impl Db {
             read_only: options.read_only,
             reader_pool_max: options.reader_pool_max.max(1),
             commits: AtomicU64::new(0),
+            room_maker: OnceLock::new(),
         };
         Ok((db, info))
     }
@@ -512,11 +585,14 @@ impl Db {
             writer: Arc::new(Mutex::new(Writer {
                 conn: writer,
                 batch: None,
+                room: None,
+                halted: None,
             })),
             path: None,
             read_only: false,
             reader_pool_max: 1,
             commits: AtomicU64::new(0),
+            room_maker: OnceLock::new(),
         };
         Ok((db, info))
     }
@@ -600,6 +676,11 @@ impl Db {
             return Err(Error::ReadOnly(Default::default()));
         }
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        w.refuse_if_halted()?;
+        if w.room_is_short() {
+            w = self.wait_for_room(w);
+            w.refuse_if_halted()?;
+        }
         let batching = self.commit_delay.is_some();
         if w.batch.is_none() {
             w.conn
@@ -615,12 +696,20 @@ impl Db {
             w.batch = Some(Batch {
                 started: Instant::now(),
                 mutations: 0,
+                stored_at_start: state.stored_bytes,
                 state,
                 state_unwritten: false,
             });
         }
         run_cached(&w.conn, "SAVEPOINT mutation").ctx("starting a mutation")?;
-        let state = w.batch.as_ref().expect("a batch is open").state;
+        let (state, pending) = {
+            let batch = w.batch.as_ref().expect("a batch is open");
+            (batch.state, batch.pending_bytes())
+        };
+        let growth_allowance = w
+            .room
+            .as_mut()
+            .map_or(u64::MAX, |room| room.allowance(pending));
         let result = (|| {
             let mut txn = WriteTxn {
                 conn: &w.conn,
@@ -633,6 +722,8 @@ impl Db {
                 next_block: state.next_block,
                 quota_checked: true,
                 takes_revision: true,
+                growth_allowance,
+                stored_at_start: state.stored_bytes,
             };
             let out = f(&mut txn)?;
             let state = txn.finish()?;
@@ -645,7 +736,12 @@ impl Db {
                 batch.state = state;
                 batch.state_unwritten = true;
                 batch.mutations += 1;
-                let full = batch.mutations >= BATCH_MUTATIONS_MAX;
+                let full = batch.mutations >= BATCH_MUTATIONS_MAX
+                    || batch
+                        .state
+                        .stored_bytes
+                        .saturating_sub(batch.stored_at_start)
+                        >= BATCH_STORED_BYTES_MAX;
                 if !batching || full {
                     w.commit_batch()?;
                 }
@@ -656,15 +752,54 @@ impl Db {
                 Ok(out)
             }
             Err(err) => {
-                let undone = run_cached(&w.conn, "ROLLBACK TO mutation")
-                    .and_then(|()| run_cached(&w.conn, "RELEASE mutation"));
+                // SQLite answers some failures (a full disk, an I/O error) by rolling
+                // back the whole transaction, the batch's earlier mutations with it.
+                let transaction_gone = w.conn.is_autocommit();
+                let undone = if transaction_gone {
+                    Err(Error::halted("the transaction was rolled back"))
+                } else {
+                    run_cached(&w.conn, "ROLLBACK TO mutation")
+                        .and_then(|()| run_cached(&w.conn, "RELEASE mutation"))
+                        .ctx("undoing a mutation")
+                };
                 if !batching || undone.is_err() {
                     // Nothing else is in the transaction without batching; with it, a
                     // failed undo leaves no choice.
-                    w.batch = None;
+                    let lost = w.batch.take().map_or(0, |batch| batch.mutations);
                     let _ = w.conn.execute_batch("ROLLBACK");
+                    if lost > 0 {
+                        w.halt(lost, &err);
+                    }
                 }
                 Err(err)
+            }
+        }
+    }
+
+    /// Sets what the writer calls when the disk runs short of room (once).
+    pub fn set_room_maker(&self, maker: RoomMaker) {
+        let _ = self.room_maker.set(maker);
+    }
+
+    /// The disk is short of room: while deleted files' space is on its way back, waits
+    /// for it (a while at most) instead of refusing the mutation, as ext4 retries an
+    /// allocation after a journal commit.
+    fn wait_for_room<'a>(&'a self, mut w: MutexGuard<'a, Writer>) -> MutexGuard<'a, Writer> {
+        let Some(make_room) = self.room_maker.get() else {
+            return w;
+        };
+        let deadline = Instant::now() + ROOM_WAIT_MAX;
+        loop {
+            // Unlocked: giving the space back needs the writer (to see the deletions).
+            drop(w);
+            let freeing = make_room();
+            tracing::debug!(freeing, "the disk is short of room");
+            if freeing {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            if !freeing || !w.room_is_short() || Instant::now() >= deadline {
+                return w;
             }
         }
     }
@@ -802,6 +937,11 @@ pub(crate) struct WriteTxn<'c> {
     quota_checked: bool,
     /// False for bookkeeping that changes no node (peer cursors): it takes no revision.
     takes_revision: bool,
+    /// How many bytes of block data this mutation may store before it would eat into the
+    /// disk reserve (`disk_room.rs`); checked with the quota.
+    growth_allowance: u64,
+    /// `stored_bytes` before this mutation.
+    stored_at_start: u64,
 }
 
 impl std::ops::Deref for WriteTxn<'_> {
@@ -872,6 +1012,17 @@ impl WriteTxn<'_> {
             if let Some(max) = self.quota.inodes_max {
                 if self.node_count > max {
                     return Err(Error::no_space("workspace inode quota exceeded"));
+                }
+            }
+            if self.growth_allowance != u64::MAX {
+                let growth = self
+                    .stored_bytes
+                    .saturating_sub(self.stored_at_start)
+                    .saturating_add(METADATA_BYTES_PER_MUTATION);
+                if growth > self.growth_allowance {
+                    return Err(Error::no_space(
+                        "the disk holding the workspace is down to its reserve",
+                    ));
                 }
             }
         }

@@ -98,6 +98,11 @@ pub enum Error {
     /// a row that breaks an invariant. Never papered over with wrong data.
     #[error("{path}corrupt workspace: {detail}")]
     Corrupt { path: ErrorPath, detail: String },
+    /// A storage failure undid mutations that had already been answered (SQLite rolled
+    /// back a whole batch): the workspace refuses every further change rather than go
+    /// on from a state its callers never saw, until it is opened again.
+    #[error("{path}workspace takes no more changes until reopened: {detail}")]
+    Halted { path: ErrorPath, detail: String },
     /// SQLite failed (I/O error, disk full, locked beyond the busy timeout, ...).
     #[error("{path}storage error while {context}: {source}")]
     Storage {
@@ -141,6 +146,7 @@ impl Error {
             Error::Busy(_) => libc::EBUSY,
             Error::StaleReplica(_) => libc::ESTALE,
             Error::Corrupt { .. } => libc::EIO,
+            Error::Halted { .. } => libc::EIO,
             Error::Storage { source, .. } => storage_errno(source),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -188,6 +194,7 @@ impl Error {
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }
+            | Error::Halted { path, .. }
             | Error::Storage { path, .. }
             | Error::Io { path, .. } => Some(path),
         }
@@ -219,6 +226,7 @@ impl Error {
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }
+            | Error::Halted { path, .. }
             | Error::Storage { path, .. }
             | Error::Io { path, .. } => Some(path),
         }
@@ -242,6 +250,13 @@ impl Error {
         Error::NoSpace {
             path: ErrorPath::none(),
             what,
+        }
+    }
+
+    pub(crate) fn halted(detail: impl Into<String>) -> Error {
+        Error::Halted {
+            path: ErrorPath::none(),
+            detail: detail.into(),
         }
     }
 

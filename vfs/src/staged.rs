@@ -11,6 +11,7 @@
 //!   ingestion on the worker thread; `fsync` ingests at once.
 //! - While dirty, size and times come from the staging file (the kernel updates them).
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -819,6 +820,59 @@ impl Workspace {
         Ok(())
     }
 
+    /// Recycles the staging files of deleted nodes (which empties them: their space goes
+    /// back to the disk).
+    fn recycle_doomed(&self, staging: &Staging) {
+        let doomed = {
+            let mut doomed = lock(&staging.doomed);
+            staging.recycling.fetch_add(doomed.len(), Ordering::SeqCst);
+            std::mem::take(&mut *doomed)
+        };
+        for staged in doomed {
+            // Reads see the open batch, so a deletion not yet committed counts.
+            let exists = self
+                .db()
+                .read(|conn| Ok(store::load_attr(conn, staged.ino)?.is_some()));
+            match exists {
+                Ok(false) => recycle(staging, staged),
+                // The deletion was rolled back: the node keeps its staging file.
+                Ok(true) => {
+                    lock(&staging.entries).entry(staged.ino).or_insert(staged);
+                }
+                Err(_) => lock(&staging.doomed).push(staged),
+            }
+            staging.recycling.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// What the writer calls when the disk runs short of room (see `disk_room.rs`):
+    /// wakes the worker to give back the space of files deleted since its last round,
+    /// and says whether there are any (or deleted files still open), so that `rm big; echo > small` on a full disk
+    /// waits for that space instead of failing.
+    pub(crate) fn room_maker(&self) -> Option<Box<dyn Fn() -> bool + Send + Sync>> {
+        self.staging()?;
+        let weak: Weak<Inner> = Arc::downgrade(self.inner_arc());
+        Some(Box::new(move || {
+            let Some(inner) = weak.upgrade() else {
+                return false;
+            };
+            let ws = Workspace::from_inner(inner);
+            let Some(staging) = ws.staging() else {
+                return false;
+            };
+            // Files deleted while open are freed at their last release, which the
+            // kernel sends a moment after the `close(2)` (`rm` may come in between).
+            let releasing = ws.open_orphans();
+            let doomed = !lock(&staging.doomed).is_empty();
+            if doomed {
+                staging.wake_now();
+            }
+            // Emptying a large file takes a while (10 ms for 100 MiB on tmpfs).
+            let recycling = staging.recycling.load(Ordering::SeqCst) > 0;
+            doomed || recycling || releasing
+        }))
+    }
+
     fn staging_work(&self, mut pending: Vec<InodeNo>) {
         let Some(staging) = self.staging() else {
             return;
@@ -852,21 +906,7 @@ impl Workspace {
         // recycled only if nothing else holds it, and a file that cannot be recycled
         // is deleted, which leaves the pool to create another (costly on a busy ext4).
         drop(small);
-        // Deleted nodes: recycle their files once the deletion is committed.
-        let doomed = std::mem::take(&mut *lock(&staging.doomed));
-        for staged in doomed {
-            let exists = self
-                .db()
-                .read(|conn| Ok(store::load_attr(conn, staged.ino)?.is_some()));
-            match exists {
-                Ok(false) => recycle(staging, staged),
-                // The deletion was rolled back: the node keeps its staging file.
-                Ok(true) => {
-                    lock(&staging.entries).entry(staged.ino).or_insert(staged);
-                }
-                Err(_) => lock(&staging.doomed).push(staged),
-            }
-        }
+        self.recycle_doomed(staging);
         for staged in staging.eviction_candidates() {
             let mut entries = lock(&staging.entries);
             // Still this node's file? A deletion since the snapshot moved it to the

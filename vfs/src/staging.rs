@@ -177,6 +177,9 @@ pub(crate) struct Staging {
     pub(crate) create_lock: Mutex<()>,
     /// Entries whose node was deleted; recycled once the deletion is committed.
     pub(crate) doomed: Mutex<Vec<Arc<StagedFile>>>,
+    /// Doomed entries taken by the worker and not recycled yet: their space is on its
+    /// way back to the disk.
+    pub(crate) recycling: AtomicUsize,
     /// Bytes of clean, unused staged files kept as a cache.
     pub(crate) cache_bytes_max: u64,
     /// Clean, unused staged files kept as a cache.
@@ -236,6 +239,7 @@ impl Staging {
             entries: Mutex::new(HashMap::new()),
             create_lock: Mutex::new(()),
             doomed: Mutex::new(Vec::new()),
+            recycling: AtomicUsize::new(0),
             cache_bytes_max,
             cache_files_max,
             queue: Arc::new((Mutex::new(IngestQueue::default()), Condvar::new())),

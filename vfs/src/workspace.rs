@@ -72,8 +72,16 @@ pub struct Options {
     /// Files larger than this are not staged when opened for writing (materialising
     /// them would cost too much); they are written through the buffer instead.
     pub stage_size_max: u64,
+    /// Bytes to keep free on the disk holding the database: a mutation that stores more
+    /// fails with ENOSPC first, so the open batch can always commit and deletions still
+    /// run (see `disk_room.rs`). 0 turns the reserve off.
+    pub disk_reserve_bytes: u64,
     pub clock: Arc<dyn Clock>,
 }
+
+/// The default of [`Options::disk_reserve_bytes`]: several full batches (4 MiB of block
+/// data each) and a checkpoint's growth of the database file.
+pub const DISK_RESERVE_BYTES_DEFAULT: u64 = 64 << 20;
 
 impl Default for Options {
     fn default() -> Options {
@@ -92,6 +100,7 @@ impl Default for Options {
             staging_cache_bytes: 1 << 30,
             staging_cache_files: 4096,
             stage_size_max: 4 << 30,
+            disk_reserve_bytes: DISK_RESERVE_BYTES_DEFAULT,
             clock: Arc::new(SystemClock),
         }
     }
@@ -419,6 +428,7 @@ impl Workspace {
             read_only: options.read_only,
             chunk_sizes: options.chunk_sizes,
             reader_pool_max: options.reader_pool_max,
+            disk_reserve_bytes: options.disk_reserve_bytes,
         };
         let (db, info) =
             Db::open(path, &db_options).map_err(|e| e.at(&path.display().to_string()))?;
@@ -433,6 +443,7 @@ impl Workspace {
             read_only: false,
             chunk_sizes: options.chunk_sizes,
             reader_pool_max: 1,
+            disk_reserve_bytes: 0,
         };
         let (db, info) = Db::open_in_memory(&db_options)?;
         Workspace::from_db(db, info, options)
@@ -485,6 +496,9 @@ impl Workspace {
             workspace.sweep_loose_blocks(std::time::Duration::ZERO)?;
             workspace.recover_staging()?;
             workspace.start_staging_worker()?;
+            if let Some(maker) = workspace.room_maker() {
+                workspace.inner.db.set_room_maker(maker);
+            }
         }
         Ok(workspace)
     }
@@ -961,6 +975,13 @@ impl Workspace {
         self.unstage_deleted(txn, ino)?;
         content::release_all(txn, &self.inner.cache, ino)?;
         store::delete_node_row(txn, ino)
+    }
+
+    /// Whether some open node has lost its last link: its last release deletes it.
+    pub(crate) fn open_orphans(&self) -> bool {
+        lock(&self.inner.open)
+            .values()
+            .any(|open| open.maybe_orphan.load(Ordering::SeqCst))
     }
 
     pub(crate) fn is_open(&self, ino: InodeNo) -> bool {

@@ -75,7 +75,13 @@ impl Mount {
 
     /// Mounts a new workspace with extra `computerd mount` arguments.
     pub fn with_args(args: &[&str]) -> Mount {
-        Mount::start("computerd-test-", "ws.db", None, args)
+        Mount::start(None, "computerd-test-", "ws.db", None, args)
+    }
+
+    /// Mounts a new workspace whose directory (database, staging files) is made inside
+    /// `parent`, with extra `computerd mount` arguments.
+    pub fn with_args_in(parent: &Path, args: &[&str]) -> Mount {
+        Mount::start(Some(parent), "computerd-test-", "ws.db", None, args)
     }
 
     /// Mounts a replica of `server`'s workspace, its cache a new database, with extra
@@ -87,17 +93,26 @@ impl Mount {
             "--token-file".into(),
             server.token_file.display().to_string(),
         ];
-        Mount::start("computerd-replica-", "cache.db", Some(remote), args)
+        Mount::start(None, "computerd-replica-", "cache.db", Some(remote), args)
     }
 
     /// A new temporary directory with a database named `db` and a mount point, mounted
     /// (as a replica when `replica_of` says of what).
-    fn start(prefix: &str, db: &str, replica_of: Option<Vec<String>>, args: &[&str]) -> Mount {
+    fn start(
+        parent: Option<&Path>,
+        prefix: &str,
+        db: &str,
+        replica_of: Option<Vec<String>>,
+        args: &[&str],
+    ) -> Mount {
         become_subreaper();
-        let dir = tempfile::Builder::new()
-            .prefix(prefix)
-            .tempdir()
-            .expect("creating a temporary directory");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(prefix);
+        let dir = match parent {
+            Some(parent) => builder.tempdir_in(parent),
+            None => builder.tempdir(),
+        }
+        .expect("creating a temporary directory");
         let root = dir.path().to_path_buf();
         let mut mount = Mount {
             db: root.join(db),

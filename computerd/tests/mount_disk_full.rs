@@ -1,0 +1,108 @@
+//! A mount whose disk fills up: the database and the staging files share a small tmpfs.
+//! Writes past the end fail with ENOSPC, nothing answered before is lost, `rm` frees the
+//! space, and the workspace then takes changes again and checks clean.
+//!
+//! Needs root (to mount the tmpfs), as every mount test here does.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::Mount;
+
+/// A tmpfs of `size` (as `mount -o size=` takes it) on a fresh directory; detached on
+/// drop, after the FUSE mount made inside it (declare it first).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> SmallDisk {
+        let dir = tempfile::Builder::new()
+            .prefix("computerd-small-disk-")
+            .tempdir()
+            .unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "mount -t tmpfs failed: {status}");
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_says_enospc_and_loses_nothing() {
+    let disk = SmallDisk::mount("160m");
+    let source = tempfile::tempdir().unwrap();
+    let twenty = source.path().join("twenty");
+    std::fs::write(&twenty, random_bytes(20 << 20)).unwrap();
+    let mut m = Mount::with_args_in(disk.path(), &[]);
+
+    // dd's complaint goes outside the full disk, where it can be written.
+    let out = m.sh(&format!(
+        "for i in $(seq 1 50); do echo $i > f$i; done
+         if dd if=/dev/urandom of=big bs=1M count=300 status=none 2> {err}; then
+             echo 'dd: wrote 300 MiB to a 160 MiB disk'; exit 1
+         fi
+         cat {err}
+         # The store has no room left to take a new file either.
+         if echo x > refused 2> /dev/null; then echo 'refused: created'; fi
+         rm big",
+        err = source.path().join("dd.err").display()
+    ));
+    assert!(out.contains("No space left on device"), "{out}");
+    assert!(!out.contains("refused: created"), "{out}");
+
+    // Room again: new files go in, and an fsync makes them durable.
+    m.sh(&format!(
+        "echo after > after
+         cp {} twenty && sync twenty && cmp {} twenty",
+        twenty.display(),
+        twenty.display()
+    ));
+    m.unmount();
+    m.check_db();
+
+    m.mount(&[]);
+    let listing = m.sh("for i in $(seq 1 50); do cat f$i; done | sum; cat after; ls");
+    let expected = common::sh(
+        source.path(),
+        "for i in $(seq 1 50); do echo $i; done | sum",
+    );
+    assert!(listing.starts_with(&expected), "{listing}");
+    assert!(listing.contains("after\n"), "{listing}");
+    assert!(!listing.contains("big"), "{listing}");
+    assert!(!listing.contains("refused"), "{listing}");
+    m.sh(&format!("cmp {} twenty", twenty.display()));
+    m.unmount();
+    m.check_db();
+}
+
+/// Bytes zstd cannot shrink and no two files share.
+fn random_bytes(len: usize) -> Vec<u8> {
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 32) as u8
+        })
+        .collect()
+}

@@ -1,0 +1,205 @@
+//! A disk that fills up under a batch of mutations (`Options::commit_delay`, as
+//! `computerd mount` opens a workspace). SQLite answers a full disk inside a transaction
+//! by rolling back the whole transaction, not only the failing statement, so a batch's
+//! earlier mutations, already answered, could vanish with it. They must not: either they
+//! are committed, or the workspace refuses further changes instead of going on as if
+//! they were there.
+//!
+//! The database lives on a small tmpfs, which needs root; skipped otherwise.
+
+use std::ffi::CString;
+use std::path::Path;
+use std::time::Duration;
+
+use computer_vfs::{InodeNo, NewNode, OpenFlags, Options, Workspace};
+
+fn is_root() -> bool {
+    // SAFETY: no arguments, no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A tmpfs of `bytes` mounted on a fresh directory; unmounted on drop, failed test or not.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let target = CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        let options = CString::new(format!("size={bytes}")).unwrap();
+        // SAFETY: valid NUL-terminated strings that outlive the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let target = CString::new(self.dir.path().as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path. MNT_DETACH: a workspace still open in a
+        // failing test must not keep the mount.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+fn open(db: &Path, disk_reserve_bytes: u64) -> Workspace {
+    Workspace::open(
+        db,
+        Options {
+            create: true,
+            // Long enough that no batch commits on its own during the test: only the
+            // batch bounds and the failure decide.
+            commit_delay: Some(Duration::from_secs(3600)),
+            disk_reserve_bytes,
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Bytes no block store can shrink or share.
+fn incompressible(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+/// Makes directory `small-i` and then writes the `i`th MiB of `data` into the open file
+/// `fh`, for every MiB, until something fails: answered mutations of every kind end up
+/// in every batch, the last one included. Returns the directories answered and the
+/// first error.
+fn fill(ws: &Workspace, data: &[u8]) -> (Vec<(String, InodeNo)>, computer_vfs::Error) {
+    let (_, fh) = ws
+        .create(
+            InodeNo::ROOT,
+            b"big",
+            NewNode::new(0o644),
+            OpenFlags::from_libc(libc::O_WRONLY),
+        )
+        .unwrap();
+    let mut made = Vec::new();
+    let mut failed = None;
+    for (i, piece) in data.chunks(1 << 20).enumerate() {
+        let name = format!("small-{i}");
+        match ws.mkdir(InodeNo::ROOT, name.as_bytes(), NewNode::new(0o755)) {
+            Ok(attr) => made.push((name, attr.ino)),
+            Err(err) => {
+                failed = Some(err);
+                break;
+            }
+        }
+        // The write buffer stores a file's writes in pieces of its own; flushing each
+        // MiB makes each a mutation of its own here.
+        if let Err(err) = ws
+            .write(fh, (i << 20) as u64, piece)
+            .and_then(|_| ws.flush(fh))
+        {
+            failed = Some(err);
+            break;
+        }
+    }
+    let released = ws.release(fh);
+    let err = failed
+        .or(released.err())
+        .expect("the data cannot fit on the disk");
+    (made, err)
+}
+
+fn assert_clean(ws: &Workspace) {
+    let report = ws.check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+#[test]
+fn the_reserve_turns_a_full_disk_into_enospc_and_loses_nothing() {
+    if !is_root() {
+        eprintln!("disk_full: not root, no tmpfs to fill; skipped");
+        return;
+    }
+    let disk = SmallDisk::mount(12 << 20);
+    let db = disk.path().join("ws.db");
+    let ws = open(&db, 1 << 20);
+    let (made, err) = fill(&ws, &incompressible(40 << 20, 7));
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    assert!(
+        err.to_string().contains("reserve"),
+        "the reserve, not SQLite, should refuse: {err}"
+    );
+    assert!(made.len() >= 2, "only {} directories fitted", made.len());
+
+    // Every answered directory is there, the workspace goes on taking changes that free
+    // space (and small ones, inside the reserve's estimate), and all of it is durable.
+    for (name, ino) in &made {
+        assert_eq!(ws.lookup(InodeNo::ROOT, name.as_bytes()).unwrap().ino, *ino);
+    }
+    ws.unlink(InodeNo::ROOT, b"big").unwrap();
+    ws.rmdir(InodeNo::ROOT, made[0].0.as_bytes()).unwrap();
+    ws.sync().unwrap();
+    assert_clean(&ws);
+    drop(ws);
+
+    let ws = open(&db, 1 << 20);
+    assert!(ws.lookup(InodeNo::ROOT, made[0].0.as_bytes()).is_err());
+    for (name, ino) in &made[1..] {
+        assert_eq!(ws.lookup(InodeNo::ROOT, name.as_bytes()).unwrap().ino, *ino);
+    }
+    assert_clean(&ws);
+}
+
+#[test]
+fn without_the_reserve_a_lost_batch_halts_the_workspace() {
+    if !is_root() {
+        eprintln!("disk_full: not root, no tmpfs to fill; skipped");
+        return;
+    }
+    let disk = SmallDisk::mount(12 << 20);
+    let db = disk.path().join("ws.db");
+    let ws = open(&db, 0);
+    let (made, err) = fill(&ws, &incompressible(40 << 20, 8));
+    // SQLite itself found the disk full, and the batch it rolled back held answered
+    // mutations (a directory and a MiB each): the workspace must not go on from there.
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    let refused = ws
+        .mkdir(InodeNo::ROOT, b"after", NewNode::new(0o755))
+        .unwrap_err();
+    assert_eq!(refused.errno(), libc::EIO, "{refused}");
+    assert!(
+        matches!(refused, computer_vfs::Error::Halted { .. }),
+        "{refused}"
+    );
+    // Reads still answer, from what was committed.
+    ws.getattr(InodeNo::ROOT).unwrap();
+    drop(ws);
+
+    // Reopened, the workspace is whole (without the lost batch) and takes changes again.
+    let ws = open(&db, 0);
+    assert_clean(&ws);
+    let kept = made
+        .iter()
+        .filter(|(name, _)| ws.lookup(InodeNo::ROOT, name.as_bytes()).is_ok())
+        .count();
+    assert!(kept < made.len(), "nothing was lost, so nothing was tested");
+    ws.unlink(InodeNo::ROOT, b"big").ok();
+    ws.mkdir(InodeNo::ROOT, b"after", NewNode::new(0o755))
+        .unwrap();
+}
