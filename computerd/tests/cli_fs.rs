@@ -1,10 +1,14 @@
 //! `computerd fs`: the built binary against a temporary workspace database.
 
+mod common;
+
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use common::pseudo_random;
 
 struct Run {
     code: i32,
@@ -59,19 +63,6 @@ fn setup() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("ws.db");
     (dir, db)
-}
-
-/// Deterministic bytes that do not repeat (so they span several content blocks).
-fn pseudo_random(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]

@@ -51,7 +51,7 @@ fn a_full_disk_says_enospc_and_loses_nothing() {
     let disk = SmallDisk::mount("160m");
     let source = tempfile::tempdir().unwrap();
     let twenty = source.path().join("twenty");
-    std::fs::write(&twenty, random_bytes(20 << 20)).unwrap();
+    std::fs::write(&twenty, common::pseudo_random(20 << 20)).unwrap();
     let mut m = Mount::with_args_in(disk.path(), &[]);
 
     // dd's complaint goes outside the full disk, where it can be written.
@@ -92,17 +92,4 @@ fn a_full_disk_says_enospc_and_loses_nothing() {
     m.sh(&format!("cmp {} twenty", twenty.display()));
     m.unmount();
     m.check_db();
-}
-
-/// Bytes zstd cannot shrink and no two files share.
-fn random_bytes(len: usize) -> Vec<u8> {
-    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 32) as u8
-        })
-        .collect()
 }

@@ -985,3 +985,17 @@ pub fn assert_same_text(what: &str, expected: &str, actual: &str) {
         tail(&String::from_utf8_lossy(&out.stdout), 32 << 10)
     );
 }
+
+/// Deterministic bytes that do not repeat (so they span several content blocks, and zstd
+/// cannot shrink them).
+pub fn pseudo_random(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
