@@ -182,12 +182,18 @@ pub(crate) struct Db {
     /// Asks for deleted files' space to be given back; true if some is on its way
     /// (`Workspace::room_maker`). Called when the disk runs short of room.
     room_maker: OnceLock<RoomMaker>,
+    /// When a mutation last waited for room (see `ROOM_WAIT_EVERY`).
+    room_waited_at: Mutex<Option<Instant>>,
 }
 
 pub(crate) type RoomMaker = Box<dyn Fn() -> bool + Send + Sync>;
 
 /// Longest a mutation waits for deleted files' space when the disk is short of room.
 const ROOM_WAIT_MAX: Duration = Duration::from_millis(500);
+/// After a wait for room, mutations go on without one for this long: the wait is for a
+/// create after a large `rm`, and must not slow an `rm -r` of many small files (each
+/// unlink finding the disk still short) to the pace of the worker's rounds.
+const ROOM_WAIT_EVERY: Duration = Duration::from_secs(1);
 
 /// The writer connection and the batch of mutations it holds uncommitted, if any.
 pub(crate) struct Writer {
@@ -420,6 +426,10 @@ impl Drop for Checkpointer {
 }
 
 /// Runs a statement without parameters or results through the statement cache.
+fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
@@ -568,6 +578,7 @@ impl Db {
             reader_pool_max: options.reader_pool_max.max(1),
             commits: AtomicU64::new(0),
             room_maker: OnceLock::new(),
+            room_waited_at: Mutex::new(None),
         };
         Ok((db, info))
     }
@@ -593,6 +604,7 @@ impl Db {
             reader_pool_max: 1,
             commits: AtomicU64::new(0),
             room_maker: OnceLock::new(),
+            room_waited_at: Mutex::new(None),
         };
         Ok((db, info))
     }
@@ -788,17 +800,27 @@ impl Db {
         let Some(make_room) = self.room_maker.get() else {
             return w;
         };
+        let waited_lately = lock_ignoring_poison(&self.room_waited_at)
+            .is_some_and(|at| at.elapsed() < ROOM_WAIT_EVERY);
+        if waited_lately {
+            return w;
+        }
         let deadline = Instant::now() + ROOM_WAIT_MAX;
+        let mut waited = false;
         loop {
             // Unlocked: giving the space back needs the writer (to see the deletions).
             drop(w);
             let freeing = make_room();
-            tracing::debug!(freeing, "the disk is short of room");
             if freeing {
+                waited = true;
                 std::thread::sleep(Duration::from_millis(2));
             }
             w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
             if !freeing || !w.room_is_short() || Instant::now() >= deadline {
+                if waited {
+                    tracing::debug!("waited for deleted files' space on a short disk");
+                    *lock_ignoring_poison(&self.room_waited_at) = Some(Instant::now());
+                }
                 return w;
             }
         }

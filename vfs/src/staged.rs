@@ -877,6 +877,9 @@ impl Workspace {
         let Some(staging) = self.staging() else {
             return;
         };
+        // Space first: an ingestion on a full disk waits for the space of deleted files
+        // (`Db::wait_for_room`), which only this thread gives back.
+        self.recycle_doomed(staging);
         pending.sort_unstable();
         pending.dedup();
         let mut small = Vec::new();
