@@ -244,6 +244,8 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             MountOption::RW
         },
     ];
+    // Kept to ask, after the unmount, whether the workspace had to stop taking changes.
+    let watched = ws.clone();
     let fs = WorkspaceFs::new(
         ws,
         MountConfig {
@@ -288,7 +290,15 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         // in the cache and syncs at the next mount.
         replica.follower.stop();
     }
-    served
+    served?;
+    if let Some(why) = watched.halted() {
+        // Scripts must not take this unmount for a clean one: answered changes are gone.
+        bail!(
+            "{why}; the workspace stopped taking changes, and the database holds what was \
+             committed before"
+        );
+    }
+    Ok(())
 }
 
 /// Joins a session whose mount the kernel already took down (`umount` from outside).

@@ -788,6 +788,11 @@ impl Db {
         }
     }
 
+    /// Why the writer stopped taking changes, if it did (see `Error::Halted`).
+    pub fn halted(&self) -> Option<String> {
+        lock_ignoring_poison(&self.writer).halted.clone()
+    }
+
     /// Sets what the writer calls when the disk runs short of room (once).
     pub fn set_room_maker(&self, maker: RoomMaker) {
         let _ = self.room_maker.set(maker);

@@ -503,6 +503,13 @@ impl Workspace {
         Ok(workspace)
     }
 
+    /// Why the workspace stopped taking changes, if it did: a storage failure undid
+    /// changes already answered ([`Error::Halted`]). Reopening starts from the last
+    /// commit.
+    pub fn halted(&self) -> Option<String> {
+        self.inner.db.halted()
+    }
+
     /// The path API over this workspace.
     pub fn fs(&self) -> crate::Fs {
         crate::Fs::new(self.clone())

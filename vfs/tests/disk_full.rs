@@ -187,6 +187,8 @@ fn without_the_reserve_a_lost_batch_halts_the_workspace() {
         matches!(refused, computer_vfs::Error::Halted { .. }),
         "{refused}"
     );
+    let why = ws.halted().expect("halted() says why");
+    assert!(why.contains("undid"), "{why}");
     // Reads still answer, from what was committed.
     ws.getattr(InodeNo::ROOT).unwrap();
     drop(ws);
@@ -194,6 +196,7 @@ fn without_the_reserve_a_lost_batch_halts_the_workspace() {
     // Reopened, the workspace is whole (without the lost batch) and takes changes again.
     let ws = open(&db, 0);
     assert_clean(&ws);
+    assert_eq!(ws.halted(), None);
     let kept = made
         .iter()
         .filter(|(name, _)| ws.lookup(InodeNo::ROOT, name.as_bytes()).is_ok())
