@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -57,12 +58,15 @@ fn a_full_disk_says_enospc_and_loses_nothing() {
     // dd's complaint goes outside the full disk, where it can be written.
     let out = m.sh(&format!(
         "for i in $(seq 1 50); do echo $i > f$i; done
+         echo victim > victim
          if dd if=/dev/urandom of=big bs=1M count=300 status=none 2> {err}; then
              echo 'dd: wrote 300 MiB to a 160 MiB disk'; exit 1
          fi
          cat {err}
          # The store has no room left to take a new file either.
          if echo x > refused 2> /dev/null; then echo 'refused: created'; fi
+         # A deletion still commits, from the ballast: the disk has not a byte left.
+         rm victim && sync -f .
          rm big",
         err = source.path().join("dd.err").display()
     ));
@@ -76,7 +80,16 @@ fn a_full_disk_says_enospc_and_loses_nothing() {
         twenty.display(),
         twenty.display()
     ));
+    // The ballast gave up room for commits while the disk was full, and has it back.
+    let mut ballast = m.db.as_os_str().to_owned();
+    ballast.push("-reserve");
+    let held = std::fs::metadata(&ballast).unwrap().blocks() * 512;
+    assert!(held >= 64 << 20, "the ballast holds only {held} bytes");
     m.unmount();
+    assert!(
+        !Path::new(&ballast).exists(),
+        "the ballast outlived the mount"
+    );
     m.check_db();
 
     m.mount(&[]);
@@ -89,6 +102,7 @@ fn a_full_disk_says_enospc_and_loses_nothing() {
     assert!(listing.contains("after\n"), "{listing}");
     assert!(!listing.contains("big"), "{listing}");
     assert!(!listing.contains("refused"), "{listing}");
+    assert!(!listing.contains("victim"), "{listing}");
     m.sh(&format!("cmp {} twenty", twenty.display()));
     m.unmount();
     m.check_db();

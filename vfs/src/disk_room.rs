@@ -136,10 +136,11 @@ impl DiskRoom {
     }
 
     /// A batch of about `bytes` committed: they are on the disk now. Grows the ballast
-    /// back once the disk has room again.
+    /// back as far as the disk has room again: as long as it is short, kernel writes
+    /// into staging files could take the room the next commit needs.
     pub(crate) fn committed(&mut self, bytes: u64) {
         self.free = self.free.saturating_sub(bytes);
-        if self.ballast_len < self.reserve && self.free > 2 * self.reserve {
+        if self.ballast_len < self.reserve && self.free > 2 * COMMIT_SLACK_BYTES {
             self.refill_ballast();
         }
     }

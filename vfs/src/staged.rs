@@ -34,6 +34,8 @@ const ATTACH_ATTEMPTS: usize = 16;
 
 /// Files of deleted nodes that wake the worker to recycle them together.
 const DOOMED_BATCH: usize = 64;
+/// A deleted staging file this large wakes the worker to give its space back at once.
+const DOOMED_LARGE_BYTES: u64 = 1 << 20;
 
 /// What `open_for_kernel` and `create_for_kernel` return.
 pub struct Opened {
@@ -607,16 +609,21 @@ impl Workspace {
             .and_then(|mut stmt| stmt.execute([ino.0 as i64]))
             .ctx("unbinding a staging file")?;
         if let Some(staged) = lock(&staging.entries).remove(&ino) {
+            // A large file's space should be back at once, as `rm` of it promises.
+            let large = staged
+                .file()
+                .metadata()
+                .is_ok_and(|meta| meta.len() >= DOOMED_LARGE_BYTES);
             let doomed = {
                 let mut doomed = lock(&staging.doomed);
                 doomed.push(staged);
                 doomed.len()
             };
-            // Recycling is the worker's; wake it for a batch, or when creates are about
-            // to find the pool empty, not for every file of an `rm` (each wake costs the
-            // requests a context switch and the writer lock). Otherwise the files wait
-            // for its next round, a second at most.
-            if doomed >= DOOMED_BATCH || staging.pool_len() < POOL_LOW {
+            // Recycling is the worker's; wake it for a batch, a large file, or when
+            // creates are about to find the pool empty, not for every file of an `rm`
+            // (each wake costs the requests a context switch and the writer lock).
+            // Otherwise the files wait for its next round, a second at most.
+            if large || doomed >= DOOMED_BATCH || staging.pool_len() < POOL_LOW {
                 staging.wake_now();
             }
         }
