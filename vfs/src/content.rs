@@ -316,6 +316,9 @@ pub(crate) fn insert_block(
     hash: &BlockHash,
     encoded: &block::EncodedBlock,
 ) -> Result<i64> {
+    // Before anything is written: even undone, what a mutation wrote stays dirty in the
+    // batch and goes to the WAL at its commit.
+    txn.check_room(encoded.data.len() as u64)?;
     let id = txn.allocate_block();
     txn.prepare_cached(
         "INSERT INTO blocks (id, hash, refcount, raw_len, codec, stored_len)
@@ -335,6 +338,7 @@ pub(crate) fn insert_block(
         .and_then(|mut stmt| stmt.execute(params![id, &encoded.data[..]]))
         .ctx("storing a block")?;
     txn.stored_bytes += encoded.data.len() as u64;
+    txn.written_bytes += encoded.data.len() as u64;
     Ok(id)
 }
 

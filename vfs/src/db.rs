@@ -212,9 +212,10 @@ pub(crate) struct Writer {
 struct Batch {
     started: Instant,
     mutations: u32,
-    /// `state.stored_bytes` when the batch began: what it stored since is what its
-    /// commit will write (see `Batch::pending_bytes`).
-    stored_at_start: u64,
+    /// Block data the batch's mutations stored, freed or not since: what its commit
+    /// will write (see `Batch::pending_bytes`). A file rewritten in place frees as much
+    /// as it stores, but the new pages still go to the WAL.
+    written: u64,
     /// The `state` row as of the last mutation: inside a batch nobody else writes it,
     /// so it is read once per batch, not once per mutation.
     state: StateRow,
@@ -229,9 +230,7 @@ impl Batch {
     /// About how much the commit of this batch will write: its new block data and a
     /// page or so of metadata per mutation.
     fn pending_bytes(&self) -> u64 {
-        self.state
-            .stored_bytes
-            .saturating_sub(self.stored_at_start)
+        self.written
             .saturating_add(u64::from(self.mutations) * METADATA_BYTES_PER_MUTATION)
     }
 
@@ -247,7 +246,7 @@ impl Batch {
 
 /// Mutations in one batch at most, whatever the delay.
 const BATCH_MUTATIONS_MAX: u32 = 4096;
-/// A batch that stored this much block data commits at once, whatever the delay. It
+/// A batch that wrote this much block data commits at once, whatever the delay. It
 /// keeps the batch well inside the page cache (`cache_size`, 16 MiB), so SQLite writes
 /// nothing of it before COMMIT and a failing disk meets it there, not halfway through a
 /// later mutation; and it bounds what the disk reserve must leave room for.
@@ -285,6 +284,14 @@ impl Writer {
             }
             if let Some(room) = &mut self.room {
                 room.committed(batch.pending_bytes());
+                if room.wants_checkpoint(logical_bytes(&self.conn)) {
+                    // Copied into the database now, the WAL can start over at the next
+                    // batch instead of growing into the last of the disk; the
+                    // background checkpointer looks only every 200 ms.
+                    if let Err(err) = self.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
+                        tracing::debug!("checkpoint on a short disk failed: {err}");
+                    }
+                }
             }
         }
         Ok(())
@@ -380,6 +387,7 @@ impl Checkpointer {
         .ctx("opening the checkpointer")?;
         configure(&conn, false)?;
         let wal = wal_path(path);
+        let db_path = path.to_path_buf();
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let signal = stop.clone();
         let thread = std::thread::Builder::new()
@@ -397,7 +405,9 @@ impl Checkpointer {
                         break;
                     }
                     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-                    if size >= WAL_CHECKPOINT_BYTES {
+                    if size >= checkpoint_threshold(&wal, size)
+                        && checkpoint_fits(&db_path, logical_bytes(&conn))
+                    {
                         drop(done);
                         if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
                             tracing::warn!("background checkpoint failed: {err}");
@@ -426,6 +436,42 @@ impl Drop for Checkpointer {
 }
 
 /// Runs a statement without parameters or results through the statement cache.
+/// WAL bytes past which the background checkpoint runs: `WAL_CHECKPOINT_BYTES`, or on a
+/// disk with little room, a quarter of the room the WAL has (free space and its own size).
+/// A checkpoint lets the WAL be reused from its start instead of growing, which on a
+/// full disk is what keeps commits possible (`disk_room.rs`); and a checkpoint needs the
+/// database file to grow by what it copies, so it must come before that room is gone.
+/// The database's size as of the last commit (what a checkpoint makes the file), or 0.
+fn logical_bytes(conn: &Connection) -> u64 {
+    let pragma = |name: &str| -> u64 {
+        conn.query_row(&format!("PRAGMA {name}"), [], |row| row.get::<_, i64>(0))
+            .map_or(0, |v| v.max(0) as u64)
+    };
+    pragma("page_count").saturating_mul(pragma("page_size"))
+}
+
+/// Whether the disk has room for what a checkpoint adds to the database file (the pages
+/// past its end, up to `logical_bytes`) and still leaves room for commits: a checkpoint
+/// that cannot finish only takes that room and leaves the WAL as long (`disk_room.rs`).
+fn checkpoint_fits(db: &Path, logical_bytes: u64) -> bool {
+    let Ok(free) = crate::disk_room::free_bytes(db) else {
+        return true;
+    };
+    let file_bytes = std::fs::metadata(db).map_or(0, |m| m.len());
+    let growth = logical_bytes.saturating_sub(file_bytes);
+    growth.saturating_add(CHECKPOINT_ROOM_BYTES) <= free
+}
+
+/// Free bytes a background checkpoint leaves for commits.
+const CHECKPOINT_ROOM_BYTES: u64 = 4 << 20;
+
+pub(crate) fn checkpoint_threshold(wal: &Path, wal_bytes: u64) -> u64 {
+    match crate::disk_room::free_bytes(wal) {
+        Ok(free) => WAL_CHECKPOINT_BYTES.min(free.saturating_add(wal_bytes) / 4),
+        Err(_) => WAL_CHECKPOINT_BYTES,
+    }
+}
+
 fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -708,7 +754,7 @@ impl Db {
             w.batch = Some(Batch {
                 started: Instant::now(),
                 mutations: 0,
-                stored_at_start: state.stored_bytes,
+                written: 0,
                 state,
                 state_unwritten: false,
             });
@@ -722,6 +768,9 @@ impl Db {
             .room
             .as_mut()
             .map_or(u64::MAX, |room| room.allowance(pending));
+        // Block data the mutation stored, kept even if it fails: a savepoint rolled back
+        // leaves the pages it reused dirty, and the batch's commit writes them all the same.
+        let mut written = 0u64;
         let result = (|| {
             let mut txn = WriteTxn {
                 conn: &w.conn,
@@ -735,9 +784,11 @@ impl Db {
                 quota_checked: true,
                 takes_revision: true,
                 growth_allowance,
-                stored_at_start: state.stored_bytes,
+                written_bytes: 0,
             };
-            let out = f(&mut txn)?;
+            let out = f(&mut txn);
+            written = txn.written_bytes;
+            let out = out?;
             let state = txn.finish()?;
             Ok((out, state))
         })();
@@ -748,12 +799,9 @@ impl Db {
                 batch.state = state;
                 batch.state_unwritten = true;
                 batch.mutations += 1;
+                batch.written = batch.written.saturating_add(written);
                 let full = batch.mutations >= BATCH_MUTATIONS_MAX
-                    || batch
-                        .state
-                        .stored_bytes
-                        .saturating_sub(batch.stored_at_start)
-                        >= BATCH_STORED_BYTES_MAX;
+                    || batch.written >= BATCH_STORED_BYTES_MAX;
                 if !batching || full {
                     w.commit_batch()?;
                 }
@@ -774,6 +822,12 @@ impl Db {
                         .and_then(|()| run_cached(&w.conn, "RELEASE mutation"))
                         .ctx("undoing a mutation")
                 };
+                if let Some(batch) = w.batch.as_mut() {
+                    batch.written = batch
+                        .written
+                        .saturating_add(written)
+                        .saturating_add(METADATA_BYTES_PER_MUTATION);
+                }
                 if !batching || undone.is_err() {
                     // Nothing else is in the transaction without batching; with it, a
                     // failed undo leaves no choice.
@@ -967,8 +1021,8 @@ pub(crate) struct WriteTxn<'c> {
     /// How many bytes of block data this mutation may store before it would eat into the
     /// disk reserve (`disk_room.rs`); checked with the quota.
     growth_allowance: u64,
-    /// `stored_bytes` before this mutation.
-    stored_at_start: u64,
+    /// Block data this mutation stored (whatever it freed): what it adds to the WAL.
+    pub(crate) written_bytes: u64,
 }
 
 impl std::ops::Deref for WriteTxn<'_> {
@@ -996,6 +1050,24 @@ impl WriteTxn<'_> {
 
     pub fn set_quota(&mut self, quota: Quota) {
         self.quota = quota;
+    }
+
+    /// Fails with ENOSPC if storing `bytes` more of block data would eat into the disk
+    /// reserve (`disk_room.rs`). Mutations that only free space pass.
+    pub fn check_room(&self, bytes: u64) -> Result<()> {
+        if !self.quota_checked || self.growth_allowance == u64::MAX {
+            return Ok(());
+        }
+        let growth = self
+            .written_bytes
+            .saturating_add(bytes)
+            .saturating_add(METADATA_BYTES_PER_MUTATION);
+        if growth > self.growth_allowance {
+            return Err(Error::no_space(
+                "the disk holding the workspace is down to its reserve",
+            ));
+        }
+        Ok(())
     }
 
     /// A fresh inode number.
@@ -1041,17 +1113,7 @@ impl WriteTxn<'_> {
                     return Err(Error::no_space("workspace inode quota exceeded"));
                 }
             }
-            if self.growth_allowance != u64::MAX {
-                let growth = self
-                    .stored_bytes
-                    .saturating_sub(self.stored_at_start)
-                    .saturating_add(METADATA_BYTES_PER_MUTATION);
-                if growth > self.growth_allowance {
-                    return Err(Error::no_space(
-                        "the disk holding the workspace is down to its reserve",
-                    ));
-                }
-            }
+            self.check_room(0)?;
         }
         Ok(StateRow {
             revision: self.committed_revision(),

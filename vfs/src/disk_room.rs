@@ -145,6 +145,28 @@ impl DiskRoom {
         }
     }
 
+    /// Whether the writer should checkpoint now, the database being `logical_bytes`
+    /// large as of the last commit: the WAL has outgrown a quarter of the room it has
+    /// (`db::checkpoint_threshold`, which the background checkpointer looks at only
+    /// every 200 ms), and the database file can grow to that size (a checkpoint writes
+    /// the pages past its end) without touching the reserve. Past that, a checkpoint
+    /// would only fill the disk.
+    pub(crate) fn wants_checkpoint(&mut self, logical_bytes: u64) -> bool {
+        let mut wal = self.db.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        let Ok(wal_bytes) = std::fs::metadata(&wal).map(|m| m.len()) else {
+            return false;
+        };
+        if wal_bytes < crate::db::checkpoint_threshold(&wal, wal_bytes) || !self.read_free() {
+            return false;
+        }
+        let file_bytes = std::fs::metadata(&self.db).map_or(0, |m| m.len());
+        let growth = logical_bytes.saturating_sub(file_bytes);
+        let margin = (self.reserve - self.ballast_len).saturating_add(COMMIT_SLACK_BYTES);
+        growth.saturating_add(margin) <= self.free
+    }
+
     fn refill_ballast(&mut self) {
         if !self.read_free() {
             return;
@@ -213,7 +235,8 @@ impl Drop for DiskRoom {
     }
 }
 
-fn free_bytes(path: &Path) -> std::io::Result<u64> {
+/// Free bytes for unprivileged users (`f_bavail`) on the file system holding `path`.
+pub(crate) fn free_bytes(path: &Path) -> std::io::Result<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
     // SAFETY: all-zero is a valid statvfs to be filled in.
