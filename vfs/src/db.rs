@@ -157,7 +157,7 @@ pub struct DbOptions {
 }
 
 /// Checkpoint the WAL into the database file once it holds this much.
-const WAL_CHECKPOINT_BYTES: u64 = 32 << 20;
+pub(crate) const WAL_CHECKPOINT_BYTES: u64 = 32 << 20;
 /// Past this, the writer itself checkpoints before going on: the bound on the WAL when
 /// the checkpointer cannot keep up (long readers, a flood of writes).
 const WAL_BYTES_MAX: u64 = 1 << 30;
@@ -284,7 +284,7 @@ impl Writer {
             }
             if let Some(room) = &mut self.room {
                 room.committed(batch.pending_bytes());
-                if room.wants_checkpoint(logical_bytes(&self.conn)) {
+                if room.wants_checkpoint(|| logical_bytes(&self.conn)) {
                     // Copied into the database now, the WAL can start over at the next
                     // batch instead of growing into the last of the disk; the
                     // background checkpointer looks only every 200 ms.

@@ -146,23 +146,31 @@ impl DiskRoom {
     }
 
     /// Whether the writer should checkpoint now, the database being `logical_bytes`
-    /// large as of the last commit: the WAL has outgrown a quarter of the room it has
+    /// large as of the last commit: the disk has little room (under 128 MiB for the WAL
+    /// and what is free), the WAL has outgrown a quarter of it
     /// (`db::checkpoint_threshold`, which the background checkpointer looks at only
     /// every 200 ms), and the database file can grow to that size (a checkpoint writes
     /// the pages past its end) without touching the reserve. Past that, a checkpoint
     /// would only fill the disk.
-    pub(crate) fn wants_checkpoint(&mut self, logical_bytes: u64) -> bool {
+    pub(crate) fn wants_checkpoint(&mut self, logical_bytes: impl FnOnce() -> u64) -> bool {
         let mut wal = self.db.as_os_str().to_owned();
         wal.push("-wal");
         let wal = PathBuf::from(wal);
         let Ok(wal_bytes) = std::fs::metadata(&wal).map(|m| m.len()) else {
             return false;
         };
-        if wal_bytes < crate::db::checkpoint_threshold(&wal, wal_bytes) || !self.read_free() {
+        let threshold = crate::db::checkpoint_threshold(&wal, wal_bytes);
+        // With room to spare the background checkpointer does it, off the writer: the
+        // WAL file keeps its size, so this would otherwise checkpoint after every
+        // commit once it had ever reached the threshold.
+        if threshold >= crate::db::WAL_CHECKPOINT_BYTES || wal_bytes < threshold {
+            return false;
+        }
+        if !self.read_free() {
             return false;
         }
         let file_bytes = std::fs::metadata(&self.db).map_or(0, |m| m.len());
-        let growth = logical_bytes.saturating_sub(file_bytes);
+        let growth = logical_bytes().saturating_sub(file_bytes);
         let margin = (self.reserve - self.ballast_len).saturating_add(COMMIT_SLACK_BYTES);
         growth.saturating_add(margin) <= self.free
     }
