@@ -13,9 +13,14 @@ use std::time::Duration;
 
 use computer_vfs::{InodeNo, NewNode, OpenFlags, Options, Workspace};
 
-fn is_root() -> bool {
+/// True (and says the test is skipped) unless root, who alone can mount a tmpfs.
+fn lacks_root() -> bool {
     // SAFETY: no arguments, no memory.
-    unsafe { libc::geteuid() == 0 }
+    let root = unsafe { libc::geteuid() == 0 };
+    if !root {
+        eprintln!("disk_full: not root, no tmpfs to fill; skipped");
+    }
+    !root
 }
 
 /// A tmpfs of `bytes` mounted on a fresh directory; unmounted on drop, failed test or not.
@@ -25,21 +30,11 @@ struct SmallDisk {
 
 impl SmallDisk {
     fn mount(bytes: u64) -> SmallDisk {
-        let dir = tempfile::tempdir().unwrap();
-        let target = CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
-        let options = CString::new(format!("size={bytes}")).unwrap();
-        // SAFETY: valid NUL-terminated strings that outlive the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                target.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            )
+        let disk = SmallDisk {
+            dir: tempfile::tempdir().unwrap(),
         };
-        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-        SmallDisk { dir }
+        disk.mount_tmpfs(bytes, 0);
+        disk
     }
 
     fn path(&self) -> &Path {
@@ -48,6 +43,10 @@ impl SmallDisk {
 
     /// Makes the disk `bytes` large (a remount keeps its files).
     fn grow(&self, bytes: u64) {
+        self.mount_tmpfs(bytes, libc::MS_REMOUNT);
+    }
+
+    fn mount_tmpfs(&self, bytes: u64, flags: libc::c_ulong) {
         let target = CString::new(self.dir.path().as_os_str().as_encoded_bytes()).unwrap();
         let options = CString::new(format!("size={bytes}")).unwrap();
         // SAFETY: valid NUL-terminated strings that outlive the call.
@@ -56,11 +55,11 @@ impl SmallDisk {
                 c"tmpfs".as_ptr(),
                 target.as_ptr(),
                 c"tmpfs".as_ptr(),
-                libc::MS_REMOUNT,
+                flags,
                 options.as_ptr().cast(),
             )
         };
-        assert_eq!(rc, 0, "remount tmpfs: {}", std::io::Error::last_os_error());
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -149,8 +148,7 @@ fn assert_clean(ws: &Workspace) {
 
 #[test]
 fn the_reserve_turns_a_full_disk_into_enospc_and_loses_nothing() {
-    if !is_root() {
-        eprintln!("disk_full: not root, no tmpfs to fill; skipped");
+    if lacks_root() {
         return;
     }
     let disk = SmallDisk::mount(12 << 20);
@@ -185,8 +183,7 @@ fn the_reserve_turns_a_full_disk_into_enospc_and_loses_nothing() {
 
 #[test]
 fn without_the_reserve_a_lost_batch_halts_the_workspace() {
-    if !is_root() {
-        eprintln!("disk_full: not root, no tmpfs to fill; skipped");
+    if lacks_root() {
         return;
     }
     let disk = SmallDisk::mount(12 << 20);
@@ -238,8 +235,7 @@ fn next(state: &mut u64) -> u64 {
 /// so; with the reserve it never halts.
 #[test]
 fn answered_changes_survive_random_work_on_full_disks() {
-    if !is_root() {
-        eprintln!("disk_full: not root, no tmpfs to fill; skipped");
+    if lacks_root() {
         return;
     }
     let mut halts = 0;
