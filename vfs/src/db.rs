@@ -405,7 +405,8 @@ impl Checkpointer {
                         break;
                     }
                     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-                    if size >= checkpoint_threshold(&wal, size)
+                    let free = crate::disk_room::free_bytes(&wal).ok();
+                    if size >= checkpoint_threshold(free, size)
                         && checkpoint_fits(&db_path, logical_bytes(&conn))
                     {
                         drop(done);
@@ -457,23 +458,23 @@ fn checkpoint_fits(db: &Path, logical_bytes: u64) -> bool {
     let Ok(free) = crate::disk_room::free_bytes(db) else {
         return true;
     };
+    checkpoint_growth(db, logical_bytes).saturating_add(CHECKPOINT_ROOM_BYTES) <= free
+}
+
+/// What a checkpoint adds to the database file at `db`: the pages past its end, up to
+/// the database's size as of the last commit.
+pub(crate) fn checkpoint_growth(db: &Path, logical_bytes: u64) -> u64 {
     let file_bytes = std::fs::metadata(db).map_or(0, |m| m.len());
-    let growth = logical_bytes.saturating_sub(file_bytes);
-    growth.saturating_add(CHECKPOINT_ROOM_BYTES) <= free
+    logical_bytes.saturating_sub(file_bytes)
 }
 
 /// Free bytes a background checkpoint leaves for commits.
 const CHECKPOINT_ROOM_BYTES: u64 = 4 << 20;
 
-pub(crate) fn checkpoint_threshold(wal: &Path, wal_bytes: u64) -> u64 {
-    match crate::disk_room::free_bytes(wal) {
-        Ok(free) => WAL_CHECKPOINT_BYTES.min(free.saturating_add(wal_bytes) / 4),
-        Err(_) => WAL_CHECKPOINT_BYTES,
-    }
-}
-
-fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn checkpoint_threshold(free: Option<u64>, wal_bytes: u64) -> u64 {
+    free.map_or(WAL_CHECKPOINT_BYTES, |free| {
+        WAL_CHECKPOINT_BYTES.min(free.saturating_add(wal_bytes) / 4)
+    })
 }
 
 fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
@@ -482,9 +483,15 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 
 /// The WAL file of the database at `path`.
 pub(crate) fn wal_path(path: &Path) -> PathBuf {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    PathBuf::from(wal)
+    sibling(path, "-wal")
+}
+
+/// The file named as the database at `path` with `suffix` appended (`-wal`,
+/// `-reserve`).
+pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// What `open` learned about the database.
@@ -814,21 +821,17 @@ impl Db {
             Err(err) => {
                 // SQLite answers some failures (a full disk, an I/O error) by rolling
                 // back the whole transaction, the batch's earlier mutations with it.
-                let transaction_gone = w.conn.is_autocommit();
-                let undone = if transaction_gone {
-                    Err(Error::halted("the transaction was rolled back"))
-                } else {
-                    run_cached(&w.conn, "ROLLBACK TO mutation")
+                let undone = !w.conn.is_autocommit()
+                    && run_cached(&w.conn, "ROLLBACK TO mutation")
                         .and_then(|()| run_cached(&w.conn, "RELEASE mutation"))
-                        .ctx("undoing a mutation")
-                };
+                        .is_ok();
                 if let Some(batch) = w.batch.as_mut() {
                     batch.written = batch
                         .written
                         .saturating_add(written)
                         .saturating_add(METADATA_BYTES_PER_MUTATION);
                 }
-                if !batching || undone.is_err() {
+                if !batching || !undone {
                     // Nothing else is in the transaction without batching; with it, a
                     // failed undo leaves no choice.
                     let lost = w.batch.take().map_or(0, |batch| batch.mutations);
@@ -844,7 +847,7 @@ impl Db {
 
     /// Why the writer stopped taking changes, if it did (see `Error::Halted`).
     pub fn halted(&self) -> Option<String> {
-        lock_ignoring_poison(&self.writer).halted.clone()
+        crate::workspace::lock(&self.writer).halted.clone()
     }
 
     /// Sets what the writer calls when the disk runs short of room (once).
@@ -859,7 +862,7 @@ impl Db {
         let Some(make_room) = self.room_maker.get() else {
             return w;
         };
-        let waited_lately = lock_ignoring_poison(&self.room_waited_at)
+        let waited_lately = crate::workspace::lock(&self.room_waited_at)
             .is_some_and(|at| at.elapsed() < ROOM_WAIT_EVERY);
         if waited_lately {
             return w;
@@ -878,7 +881,7 @@ impl Db {
             if !freeing || !w.room_is_short() || Instant::now() >= deadline {
                 if waited {
                     tracing::debug!("waited for deleted files' space on a short disk");
-                    *lock_ignoring_poison(&self.room_waited_at) = Some(Instant::now());
+                    *crate::workspace::lock(&self.room_waited_at) = Some(Instant::now());
                 }
                 return w;
             }

@@ -59,9 +59,7 @@ pub(crate) struct DiskRoom {
 impl DiskRoom {
     /// Holds `reserve` bytes of the disk under `db` in its ballast file.
     pub(crate) fn new(db: &Path, reserve: u64) -> DiskRoom {
-        let mut name = db.as_os_str().to_owned();
-        name.push("-reserve");
-        let ballast_path = PathBuf::from(name);
+        let ballast_path = crate::db::sibling(db, "-reserve");
         let ballast = OpenOptions::new()
             .read(true)
             .write(true)
@@ -153,24 +151,19 @@ impl DiskRoom {
     /// the pages past its end) without touching the reserve. Past that, a checkpoint
     /// would only fill the disk.
     pub(crate) fn wants_checkpoint(&mut self, logical_bytes: impl FnOnce() -> u64) -> bool {
-        let mut wal = self.db.as_os_str().to_owned();
-        wal.push("-wal");
-        let wal = PathBuf::from(wal);
-        let Ok(wal_bytes) = std::fs::metadata(&wal).map(|m| m.len()) else {
+        let Ok(wal_bytes) = std::fs::metadata(crate::db::wal_path(&self.db)).map(|m| m.len())
+        else {
             return false;
         };
-        let threshold = crate::db::checkpoint_threshold(&wal, wal_bytes);
+        // `free` was read before this commit and lowered by it (`committed`).
+        let threshold = crate::db::checkpoint_threshold(Some(self.free), wal_bytes);
         // With room to spare the background checkpointer does it, off the writer: the
         // WAL file keeps its size, so this would otherwise checkpoint after every
         // commit once it had ever reached the threshold.
         if threshold >= crate::db::WAL_CHECKPOINT_BYTES || wal_bytes < threshold {
             return false;
         }
-        if !self.read_free() {
-            return false;
-        }
-        let file_bytes = std::fs::metadata(&self.db).map_or(0, |m| m.len());
-        let growth = logical_bytes().saturating_sub(file_bytes);
+        let growth = crate::db::checkpoint_growth(&self.db, logical_bytes());
         let margin = (self.reserve - self.ballast_len).saturating_add(COMMIT_SLACK_BYTES);
         growth.saturating_add(margin) <= self.free
     }
