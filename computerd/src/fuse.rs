@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::poll::RequestPolling;
 use computer_vfs::{
     Access, Attr, Caller, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, OpenFlags,
     RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, XattrSet,
@@ -67,6 +68,8 @@ pub struct WorkspaceFs {
     stats: Option<OpStats>,
     /// `fs.protected_hardlinks` as this host sets it: the rule links follow.
     protected_hardlinks: bool,
+    /// Told of every request; polls the device while they come close together.
+    polling: Option<Arc<RequestPolling>>,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -103,7 +106,11 @@ struct BackingTable {
 }
 
 impl WorkspaceFs {
-    pub fn new(ws: Workspace, config: MountConfig) -> WorkspaceFs {
+    pub fn new(
+        ws: Workspace,
+        config: MountConfig,
+        polling: Option<Arc<RequestPolling>>,
+    ) -> WorkspaceFs {
         WorkspaceFs {
             ws,
             writeback: false,
@@ -112,6 +119,7 @@ impl WorkspaceFs {
             stats: config.op_stats.then(OpStats::default),
             config,
             protected_hardlinks: protected_hardlinks(),
+            polling,
         }
     }
 
@@ -122,7 +130,12 @@ impl WorkspaceFs {
             .protected_hardlinks(self.protected_hardlinks)
     }
 
+    /// Marks the start of a request: counts it (with `--op-stats`) and tells the poller.
+    /// Every request handler begins with it.
     fn timer(&self, op: &'static str) -> OpTimer<'_> {
+        if let Some(polling) = &self.polling {
+            polling.request_arrived();
+        }
         OpTimer {
             stats: self.stats.as_ref(),
             op,
@@ -497,6 +510,9 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn destroy(&mut self) {
+        if let Some(polling) = &self.polling {
+            polling.stop();
+        }
         if let Some(report) = self.op_stats_report() {
             tracing::info!("FUSE requests served:\n{report}");
             eprintln!("FUSE requests served:\n{report}");

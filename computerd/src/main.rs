@@ -12,6 +12,7 @@ mod fs_progress;
 mod fs_walk;
 mod fuse;
 mod mount;
+mod poll;
 mod remote;
 mod replica;
 mod serve;

@@ -10,7 +10,7 @@
 
 use std::ffi::CString;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -24,6 +24,7 @@ use fuser::{Config, MountOption, SessionACL};
 use computer_sync::{Follower, SyncOutcome};
 
 use crate::fuse::{MountConfig, WorkspaceFs};
+use crate::poll::RequestPolling;
 use crate::replica::{ControlServer, KernelCache, RemoteArgs};
 
 /// Environment variable naming the pipe a daemonised child reports readiness on.
@@ -81,6 +82,11 @@ pub struct MountArgs {
     /// At unmount, log how many requests of each kind were served and the time spent.
     #[arg(long)]
     pub op_stats: bool,
+    /// Never poll the FUSE device: every worker sleeps until the kernel wakes it. By
+    /// default one worker polls while requests come less than a millisecond apart and
+    /// the machine has a CPU to spare, which shortens each round trip by about a third.
+    #[arg(long)]
+    pub no_poll: bool,
 }
 
 impl MountArgs {
@@ -246,6 +252,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     ];
     // Kept to ask, after the unmount, whether the workspace had to stop taking changes.
     let watched = ws.clone();
+    let polling = (!args.no_poll).then(RequestPolling::new);
     let fs = WorkspaceFs::new(
         ws,
         MountConfig {
@@ -254,9 +261,19 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             passthrough: !args.no_passthrough,
             op_stats: args.op_stats,
         },
+        polling.clone(),
     );
     let session = fuser::Session::new(fs, &mountpoint, &config)
         .with_context(|| format!("mounting {}", mountpoint.display()))?;
+    if let Some(polling) = &polling {
+        // The session's own descriptor is read by one of its workers; a duplicate shares
+        // its mode.
+        let device = session
+            .as_fd()
+            .try_clone_to_owned()
+            .context("duplicating the FUSE device")?;
+        polling.attach(device).context("starting the FUSE poller")?;
+    }
     let background = session.spawn().context("starting the FUSE workers")?;
     let control = match &replica {
         Some(replica) => {
@@ -285,6 +302,9 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         }
     };
     drop(control);
+    if let Some(polling) = &polling {
+        polling.stop();
+    }
     if let Some(replica) = replica {
         // What the last writers left goes up now; what does not make it in time stays
         // in the cache and syncs at the next mount.

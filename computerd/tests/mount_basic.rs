@@ -578,3 +578,70 @@ print("ok")
 "#);
     assert_eq!(out.trim(), "ok");
 }
+
+/// Whether any FUSE device descriptor of process `pid` reads without blocking.
+fn polls_fuse_device(pid: i32) -> bool {
+    const O_NONBLOCK: u32 = 0o4000;
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        let is_fuse = std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "/dev/fuse");
+        let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+        let flags = std::fs::read_to_string(info).ok().and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("flags:"))?;
+            u32::from_str_radix(line["flags:".len()..].trim(), 8).ok()
+        });
+        is_fuse && flags.is_some_and(|f| f & O_NONBLOCK != 0)
+    })
+}
+
+/// The daemon polls its device during a burst of requests and goes back to blocking
+/// reads once they stop; `--no-poll` never polls. Answers are the same either way.
+#[test]
+fn polls_the_device_only_while_requests_come() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return; // one CPU: the daemon never polls
+    }
+    for (args, polls) in [(&[][..], true), (&["--no-poll"][..], false)] {
+        let mut m = Mount::with_args(args);
+        std::fs::write(m.path("f"), b"x").unwrap();
+        let pid = m.pid();
+        // getxattr of a missing attribute: a request every time, the kernel caches none.
+        let burst = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import os, sys, time\n\
+                 end = time.time() + 3\n\
+                 while time.time() < end:\n\
+                 \x20   try: os.getxattr(sys.argv[1], 'user.missing')\n\
+                 \x20   except OSError: pass\n",
+            )
+            .arg(m.path("f"))
+            .spawn()
+            .unwrap();
+        let mut seen = false;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while std::time::Instant::now() < deadline && !seen {
+            seen = polls_fuse_device(pid);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut burst = burst;
+        burst.kill().ok();
+        burst.wait().unwrap();
+        assert_eq!(seen, polls, "polling during the burst, with {args:?}");
+        // Idle: back to blocking reads within a few milliseconds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while polls_fuse_device(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still polling with no requests\n{}",
+                m.daemon_log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        m.unmount();
+        let log = m.daemon_log();
+        assert_eq!(log.contains("FUSE device polled"), polls, "{log}");
+    }
+}
