@@ -81,6 +81,7 @@ struct OpStats {
 /// Adds the time until it is dropped to one operation's total.
 struct OpTimer<'a> {
     stats: Option<&'a OpStats>,
+    polling: Option<&'a RequestPolling>,
     op: &'static str,
     started: std::time::Instant,
 }
@@ -92,6 +93,10 @@ impl Drop for OpTimer<'_> {
             let entry = ops.entry(self.op).or_default();
             entry.0 += 1;
             entry.1 += self.started.elapsed();
+        }
+        // Last: the reply is sent, and a worker may rest here while another polls.
+        if let Some(polling) = self.polling {
+            polling.request_done();
         }
     }
 }
@@ -138,6 +143,7 @@ impl WorkspaceFs {
         }
         OpTimer {
             stats: self.stats.as_ref(),
+            polling: self.polling.as_deref(),
             op,
             started: std::time::Instant::now(),
         }

@@ -234,7 +234,10 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
 
     let mut config = Config::default();
     config.n_threads = Some(args.threads);
-    config.clone_fd = true;
+    // One descriptor for all workers (the kernel queues requests once either way), so
+    // that the poller switches them all (poll.rs); cloned descriptors measured no
+    // different.
+    config.clone_fd = false;
     config.acl = if args.allow_other {
         SessionACL::All
     } else {
@@ -252,7 +255,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     ];
     // Kept to ask, after the unmount, whether the workspace had to stop taking changes.
     let watched = ws.clone();
-    let polling = (!args.no_poll).then(RequestPolling::new);
+    let polling = (!args.no_poll).then(|| RequestPolling::new(args.threads));
     let fs = WorkspaceFs::new(
         ws,
         MountConfig {
@@ -266,8 +269,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     let session = fuser::Session::new(fs, &mountpoint, &config)
         .with_context(|| format!("mounting {}", mountpoint.display()))?;
     if let Some(polling) = &polling {
-        // The session's own descriptor is read by one of its workers; a duplicate shares
-        // its mode.
+        // Every worker reads the session's own descriptor; a duplicate shares its mode.
         let device = session
             .as_fd()
             .try_clone_to_owned()
