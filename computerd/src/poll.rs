@@ -3,23 +3,27 @@
 //! A request the daemon answers from memory still costs a round trip of about 20 µs on
 //! these VMs, and most of it is two wake-ups across CPUs: the kernel wakes the daemon's
 //! reader, then the caller. A reader that is already awake needs no first wake-up. So
-//! while requests arrive close together, one worker reads its device without blocking
-//! (`O_NONBLOCK`; fuser's loop retries on `EAGAIN`) and picks each request up as soon as
-//! it is queued: about 13 µs a round trip, and 10 to 20 % off small-file workloads
-//! (docs/benchmarks.md).
+//! while requests arrive close together, the workers' device descriptor (one for all of
+//! them) is non-blocking (`O_NONBLOCK`; fuser's loop retries on `EAGAIN`): one worker
+//! spins on it and picks each request up as soon as it is queued, the others rest
+//! ([`RequestPolling::request_done`]). About 10 µs a round trip, and 10 to 20 % off
+//! small-file workloads and git (docs/benchmarks.md).
 //!
 //! Spinning costs a CPU, so it is bounded:
-//! - it starts with a request that comes less than [`IDLE`] after the one before, and
-//!   stops once none has come for `IDLE`: at most about two windows of spinning after
-//!   the last request of a burst. A lone request (one `stat` process after another,
-//!   each a millisecond of `exec` apart) starts nothing: spinning through their start-up
-//!   only took a CPU from it (stat of 1000 files, a process each, 15 % slower);
-//! - it stops, and stays off for [`HOLD_OFF`], while threads wait for a CPU (pressure
-//!   stall information, or without it the runnable count): the spinning reader would
-//!   then take time from the work it serves.
+//! - it starts with a request that comes less than [`IDLE`] after the one before: a lone
+//!   request (one `stat` process after another, each a millisecond of `exec` apart)
+//!   starts nothing, where spinning through their start-up only took a CPU from it
+//!   (stat of 1000 files, a process each, 15 % slower);
+//! - it stops after a window of `IDLE` that served fewer than
+//!   [`MIN_REQUESTS_PER_WINDOW`] requests: the caller is then mostly computing, on a CPU
+//!   the spinning may share;
+//! - it stops, and stays off for [`HOLD_OFF`] (doubling while that repeats, see
+//!   [`Backoff`]), while threads wait for a CPU (pressure stall information, or
+//!   without it the runnable count): the spinning reader would then take time from the
+//!   work it serves.
 //!
-//! Only the mode of one device descriptor changes, so polling can never change an
-//! answer: a reader in either mode gets the same requests.
+//! Only the mode of the descriptor changes, and where idle workers wait, so polling can
+//! never change an answer.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -35,6 +39,12 @@ use nix::fcntl::{fcntl, FcntlArg, OFlag};
 pub const IDLE: Duration = Duration::from_millis(1);
 /// How long polling stays off once the machine was found oversubscribed.
 pub const HOLD_OFF: Duration = Duration::from_millis(50);
+/// The longest hold-off: each stop for contention doubles it up to this.
+const HOLD_OFF_MAX: Duration = Duration::from_secs(2);
+/// Windows without contention after which the hold-off is back to [`HOLD_OFF`].
+const CALM_WINDOWS: u32 = 10;
+/// Fewer requests than this in a polling window stop the polling.
+pub const MIN_REQUESTS_PER_WINDOW: u64 = 4;
 /// How long a resting worker sleeps before it looks again by itself.
 const REST_MAX: Duration = Duration::from_millis(50);
 
@@ -51,6 +61,8 @@ pub struct RequestPolling {
     epoch: Instant,
     /// When the last request arrived, in nanoseconds since `epoch`.
     last_request_ns: AtomicU64,
+    /// Requests since the mount, to see how many each polling window served.
+    requests: AtomicU64,
     /// Whether the device is (being switched to) non-blocking. Read without the lock on
     /// every request; changed only under `switch`.
     polling: AtomicBool,
@@ -80,6 +92,7 @@ impl RequestPolling {
             governor: OnceLock::new(),
             epoch: Instant::now(),
             last_request_ns: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
             polling: AtomicBool::new(false),
             held_off_until_ns: AtomicU64::new(0),
             switch: Mutex::new(()),
@@ -119,6 +132,7 @@ impl RequestPolling {
     pub fn request_arrived(&self) {
         let now = self.now_ns();
         let previous = self.last_request_ns.swap(now, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
         if self.polling.load(Ordering::Relaxed)
             || now < self.held_off_until_ns.load(Ordering::Relaxed)
             || now.saturating_sub(previous) >= IDLE.as_nanos() as u64
@@ -211,20 +225,28 @@ impl RequestPolling {
 
     /// One look while polling: back to blocking reads if requests stopped or threads
     /// wait for a CPU.
-    fn check(&self, contention: &mut Contention) {
+    fn check(&self, contention: &mut Contention, backoff: &mut Backoff) {
         let Some(device) = self.device.get() else {
             return;
         };
         let now = self.now_ns();
-        let idle = now.saturating_sub(self.last_request_ns.load(Ordering::Relaxed))
-            >= IDLE.as_nanos() as u64;
+        let requests = self.requests.load(Ordering::Relaxed);
+        let served = requests.saturating_sub(std::mem::replace(&mut backoff.requests, requests));
+        // Too few requests in the window for the spinning to pay: the caller spends
+        // its time computing, on a CPU the spinning may share (a workload like
+        // `npm ci` was slower polled).
+        let sparse = served < MIN_REQUESTS_PER_WINDOW;
         let busy = contention.busy();
-        if idle || busy {
+        if !busy {
+            backoff.calm();
+        }
+        if sparse || busy {
             let _switch = self.lock();
             if busy {
                 self.held_off.fetch_add(1, Ordering::Relaxed);
+                let hold_off = backoff.contended();
                 self.held_off_until_ns
-                    .store(now + HOLD_OFF.as_nanos() as u64, Ordering::Relaxed);
+                    .store(now + hold_off.as_nanos() as u64, Ordering::Relaxed);
             }
             set_nonblocking(device, false);
             self.polling.store(false, Ordering::Relaxed);
@@ -246,6 +268,7 @@ impl RequestPolling {
 /// reference, so it ends within a second of the last owner going away.
 fn govern(weak: &Weak<RequestPolling>, cpus: usize) {
     let mut contention = Contention::open(cpus);
+    let mut backoff = Backoff::default();
     loop {
         let Some(polling) = weak.upgrade() else {
             return;
@@ -258,12 +281,51 @@ fn govern(weak: &Weak<RequestPolling>, cpus: usize) {
         if hot {
             thread::sleep(IDLE);
             if let Some(polling) = weak.upgrade() {
-                polling.check(&mut contention);
+                polling.check(&mut contention, &mut backoff);
             }
         } else {
             contention.reset();
             thread::park_timeout(Duration::from_secs(1));
         }
+    }
+}
+
+/// How long polling stays off after contention. A workload that keeps the CPUs busy
+/// (an `npm ci`: node and its thread pool, with requests in bursts) meets contention
+/// again each time polling resumes; every such stop doubles the hold-off, and only
+/// [`CALM_WINDOWS`] windows of polling without contention bring it back.
+struct Backoff {
+    hold_off: Duration,
+    calm_windows: u32,
+    /// The request count at the last look.
+    requests: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            hold_off: HOLD_OFF,
+            calm_windows: 0,
+            requests: 0,
+        }
+    }
+}
+
+impl Backoff {
+    /// A window of polling without contention.
+    fn calm(&mut self) {
+        self.calm_windows += 1;
+        if self.calm_windows >= CALM_WINDOWS {
+            self.hold_off = HOLD_OFF;
+        }
+    }
+
+    /// Contention: the hold-off to apply now.
+    fn contended(&mut self) -> Duration {
+        let hold_off = self.hold_off;
+        self.hold_off = (self.hold_off * 2).min(HOLD_OFF_MAX);
+        self.calm_windows = 0;
+        hold_off
     }
 }
 
@@ -285,7 +347,7 @@ enum Contention {
 }
 
 /// Above this share of the last window with some thread waiting for a CPU, stop.
-const PRESSURE_MAX: f64 = 0.2;
+const PRESSURE_MAX: f64 = 0.1;
 /// Consecutive windows with too many runnable threads before stopping.
 const RUNNABLE_STRIKES: u32 = 3;
 
@@ -394,6 +456,25 @@ fn parse_runnable(loadavg: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contention_doubles_the_hold_off_and_calm_resets_it() {
+        let mut backoff = Backoff::default();
+        assert_eq!(backoff.contended(), HOLD_OFF);
+        assert_eq!(backoff.contended(), HOLD_OFF * 2);
+        for _ in 0..CALM_WINDOWS - 1 {
+            backoff.calm();
+        }
+        assert_eq!(backoff.contended(), HOLD_OFF * 4, "calm too short to reset");
+        for _ in 0..10 {
+            backoff.contended();
+        }
+        assert_eq!(backoff.contended(), HOLD_OFF_MAX);
+        for _ in 0..CALM_WINDOWS {
+            backoff.calm();
+        }
+        assert_eq!(backoff.contended(), HOLD_OFF);
+    }
 
     #[test]
     fn parses_the_cpu_stall_total_of_psi() {
