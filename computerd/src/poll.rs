@@ -497,16 +497,25 @@ mod tests {
         );
     }
 
-    #[test]
-    fn polls_while_requests_come_and_blocks_when_they_stop() {
+    /// A poller for `workers` attached to a pipe, which stands in for the device (only
+    /// its mode is watched; keep the writer alive); None on one CPU, where it never
+    /// polls.
+    fn attached(workers: usize) -> Option<(Arc<RequestPolling>, OwnedFd)> {
         if thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-            return;
+            return None;
         }
-        // A pipe stands in for the device: only its mode is watched.
-        let (reader, _writer) = nix::unistd::pipe().unwrap();
-        let polling = RequestPolling::new(1);
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        let polling = RequestPolling::new(workers);
         polling.request_arrived(); // before attach: nothing to switch
         polling.attach(reader).unwrap();
+        Some((polling, writer))
+    }
+
+    #[test]
+    fn polls_while_requests_come_and_blocks_when_they_stop() {
+        let Some((polling, _writer)) = attached(1) else {
+            return;
+        };
         assert_eq!(polling.mode(), (false, false));
         // Requests coming: polling starts (after a hold-off, if this machine is busy).
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -544,12 +553,9 @@ mod tests {
 
     #[test]
     fn all_workers_but_one_rest_while_polling() {
-        if thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        let Some((polling, _writer)) = attached(2) else {
             return;
-        }
-        let (reader, _writer) = nix::unistd::pipe().unwrap();
-        let polling = RequestPolling::new(2);
-        polling.attach(reader).unwrap();
+        };
         // Two workers serve requests back to back until one of them has rested (or for
         // 10 s, on a machine too busy to poll); the other goes on meanwhile, so polling
         // goes on, and the rest ends once both stop and polling stops.
