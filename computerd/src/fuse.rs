@@ -516,9 +516,6 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn destroy(&mut self) {
-        if let Some(polling) = &self.polling {
-            polling.stop();
-        }
         if let Some(report) = self.op_stats_report() {
             tracing::info!("FUSE requests served:\n{report}");
             eprintln!("FUSE requests served:\n{report}");

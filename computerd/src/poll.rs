@@ -35,9 +35,10 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
-/// How long after the last request the reader keeps polling.
+/// The polling window: a request this soon after the one before starts polling, and
+/// the governor looks this often whether to stop.
 pub const IDLE: Duration = Duration::from_millis(1);
-/// How long polling stays off once the machine was found oversubscribed.
+/// How long polling stays off after the first stop for contention.
 pub const HOLD_OFF: Duration = Duration::from_millis(50);
 /// The longest hold-off: each stop for contention doubles it up to this.
 const HOLD_OFF_MAX: Duration = Duration::from_secs(2);
@@ -54,8 +55,8 @@ const REST_MAX: Duration = Duration::from_millis(50);
 /// to the session's device once it exists; until then, and after [`stop`](Self::stop),
 /// requests are only noted.
 pub struct RequestPolling {
-    /// A duplicate of the session's descriptor: its mode is shared with the worker that
-    /// reads the original.
+    /// A duplicate of the session's descriptor, which every worker reads: they share
+    /// its mode.
     device: OnceLock<OwnedFd>,
     governor: OnceLock<Thread>,
     epoch: Instant,
@@ -200,15 +201,20 @@ impl RequestPolling {
                 self.held_off.load(Ordering::Relaxed)
             );
         }
+        self.stop_polling();
+        if let Some(governor) = self.governor.get() {
+            governor.unpark();
+        }
+    }
+
+    /// Back to blocking reads, and the resting workers back to the device.
+    fn stop_polling(&self) {
         if let Some(device) = self.device.get() {
             let _switch = self.lock();
             set_nonblocking(device, false);
             self.polling.store(false, Ordering::Relaxed);
         }
         self.end_rest();
-        if let Some(governor) = self.governor.get() {
-            governor.unpark();
-        }
     }
 
     /// The flag and whether the device is non-blocking, read together.
@@ -223,35 +229,24 @@ impl RequestPolling {
         )
     }
 
-    /// One look while polling: back to blocking reads if requests stopped or threads
-    /// wait for a CPU.
-    fn check(&self, contention: &mut Contention, backoff: &mut Backoff) {
-        let Some(device) = self.device.get() else {
-            return;
-        };
-        let now = self.now_ns();
+    /// One look while polling, at the end of a window: back to blocking reads if the
+    /// window served too few requests for the spinning to pay (the caller spends its
+    /// time computing, on a CPU the spinning may share: `npm ci` was slower polled), or
+    /// threads wait for a CPU.
+    fn check(&self, watch: &mut Watch) {
         let requests = self.requests.load(Ordering::Relaxed);
-        let served = requests.saturating_sub(std::mem::replace(&mut backoff.requests, requests));
-        // Too few requests in the window for the spinning to pay: the caller spends
-        // its time computing, on a CPU the spinning may share (a workload like
-        // `npm ci` was slower polled).
+        let served = requests.saturating_sub(std::mem::replace(&mut watch.requests_seen, requests));
         let sparse = served < MIN_REQUESTS_PER_WINDOW;
-        let busy = contention.busy();
-        if !busy {
-            backoff.calm();
+        let busy = watch.contention.busy();
+        if busy {
+            self.held_off.fetch_add(1, Ordering::Relaxed);
+            let until = self.now_ns() + watch.backoff.contended().as_nanos() as u64;
+            self.held_off_until_ns.store(until, Ordering::Relaxed);
+        } else {
+            watch.backoff.calm();
         }
         if sparse || busy {
-            let _switch = self.lock();
-            if busy {
-                self.held_off.fetch_add(1, Ordering::Relaxed);
-                let hold_off = backoff.contended();
-                self.held_off_until_ns
-                    .store(now + hold_off.as_nanos() as u64, Ordering::Relaxed);
-            }
-            set_nonblocking(device, false);
-            self.polling.store(false, Ordering::Relaxed);
-            drop(_switch);
-            self.end_rest();
+            self.stop_polling();
         }
     }
 
@@ -267,8 +262,12 @@ impl RequestPolling {
 /// The governor: while polling, looks every [`IDLE`] whether to stop. Holds only a weak
 /// reference, so it ends within a second of the last owner going away.
 fn govern(weak: &Weak<RequestPolling>, cpus: usize) {
-    let mut contention = Contention::open(cpus);
-    let mut backoff = Backoff::default();
+    let mut watch = Watch {
+        contention: Contention::open(cpus),
+        backoff: Backoff::default(),
+        requests_seen: 0,
+    };
+    let mut watching = false;
     loop {
         let Some(polling) = weak.upgrade() else {
             return;
@@ -276,18 +275,32 @@ fn govern(weak: &Weak<RequestPolling>, cpus: usize) {
         if polling.stopped.load(Ordering::Relaxed) {
             return;
         }
-        let hot = polling.polling.load(Ordering::Relaxed);
-        drop(polling);
-        if hot {
-            thread::sleep(IDLE);
-            if let Some(polling) = weak.upgrade() {
-                polling.check(&mut contention, &mut backoff);
-            }
-        } else {
-            contention.reset();
+        if !polling.polling.load(Ordering::Relaxed) {
+            watching = false;
+            drop(polling);
             thread::park_timeout(Duration::from_secs(1));
+            continue;
+        }
+        if !watching {
+            // A new episode: its first window counts from here.
+            watch.requests_seen = polling.requests.load(Ordering::Relaxed);
+            watch.contention.reset();
+            watching = true;
+        }
+        drop(polling);
+        thread::sleep(IDLE);
+        if let Some(polling) = weak.upgrade() {
+            polling.check(&mut watch);
         }
     }
+}
+
+/// What the governor remembers between its looks.
+struct Watch {
+    contention: Contention,
+    backoff: Backoff,
+    /// The request count at the last look.
+    requests_seen: u64,
 }
 
 /// How long polling stays off after contention. A workload that keeps the CPUs busy
@@ -297,8 +310,6 @@ fn govern(weak: &Weak<RequestPolling>, cpus: usize) {
 struct Backoff {
     hold_off: Duration,
     calm_windows: u32,
-    /// The request count at the last look.
-    requests: u64,
 }
 
 impl Default for Backoff {
@@ -306,7 +317,6 @@ impl Default for Backoff {
         Backoff {
             hold_off: HOLD_OFF,
             calm_windows: 0,
-            requests: 0,
         }
     }
 }
