@@ -406,8 +406,12 @@ impl Checkpointer {
                     }
                     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
                     let free = crate::disk_room::free_bytes(&wal).ok();
+                    // Where the free space is unknown, nothing says the checkpoint
+                    // cannot fit.
                     if size >= checkpoint_threshold(free, size)
-                        && checkpoint_fits(&db_path, logical_bytes(&conn))
+                        && free.is_none_or(|free| {
+                            checkpoint_fits(&db_path, logical_bytes(&conn), free)
+                        })
                     {
                         drop(done);
                         if let Err(err) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
@@ -436,12 +440,6 @@ impl Drop for Checkpointer {
     }
 }
 
-/// Runs a statement without parameters or results through the statement cache.
-/// WAL bytes past which the background checkpoint runs: `WAL_CHECKPOINT_BYTES`, or on a
-/// disk with little room, a quarter of the room the WAL has (free space and its own size).
-/// A checkpoint lets the WAL be reused from its start instead of growing, which on a
-/// full disk is what keeps commits possible (`disk_room.rs`); and a checkpoint needs the
-/// database file to grow by what it copies, so it must come before that room is gone.
 /// The database's size as of the last commit (what a checkpoint makes the file), or 0.
 fn logical_bytes(conn: &Connection) -> u64 {
     let pragma = |name: &str| -> u64 {
@@ -451,13 +449,11 @@ fn logical_bytes(conn: &Connection) -> u64 {
     pragma("page_count").saturating_mul(pragma("page_size"))
 }
 
-/// Whether the disk has room for what a checkpoint adds to the database file (the pages
-/// past its end, up to `logical_bytes`) and still leaves room for commits: a checkpoint
-/// that cannot finish only takes that room and leaves the WAL as long (`disk_room.rs`).
-fn checkpoint_fits(db: &Path, logical_bytes: u64) -> bool {
-    let Ok(free) = crate::disk_room::free_bytes(db) else {
-        return true;
-    };
+/// Whether a disk with `free` bytes has room for what a checkpoint adds to the database
+/// file (the pages past its end, up to `logical_bytes`) and still leaves room for
+/// commits: a checkpoint that cannot finish only takes that room and leaves the WAL as
+/// long (`disk_room.rs`).
+fn checkpoint_fits(db: &Path, logical_bytes: u64, free: u64) -> bool {
     checkpoint_growth(db, logical_bytes).saturating_add(CHECKPOINT_ROOM_BYTES) <= free
 }
 
@@ -471,12 +467,18 @@ pub(crate) fn checkpoint_growth(db: &Path, logical_bytes: u64) -> u64 {
 /// Free bytes a background checkpoint leaves for commits.
 const CHECKPOINT_ROOM_BYTES: u64 = 4 << 20;
 
+/// WAL bytes past which the background checkpoint runs: `WAL_CHECKPOINT_BYTES`, or on a
+/// disk with little room, a quarter of the room the WAL has (free space and its own size).
+/// A checkpoint lets the WAL be reused from its start instead of growing, which on a
+/// full disk is what keeps commits possible (`disk_room.rs`); and a checkpoint needs the
+/// database file to grow by what it copies, so it must come before that room is gone.
 pub(crate) fn checkpoint_threshold(free: Option<u64>, wal_bytes: u64) -> u64 {
     free.map_or(WAL_CHECKPOINT_BYTES, |free| {
         WAL_CHECKPOINT_BYTES.min(free.saturating_add(wal_bytes) / 4)
     })
 }
 
+/// Runs a statement without parameters or results through the statement cache.
 fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
