@@ -1,6 +1,6 @@
 //! What the store alone spends on the requests of a small-file burst, as the mount
 //! makes them: for each of N files a negative lookup, a create with a staging file, a
-//! few bytes written to it (as `echo $i > f$i` does), a release; then an unlink of each. Batched commits and staging as `computerd mount`
+//! few bytes written to it (as `echo $i > f$i` does), a release; a getattr of each once the batch is committed; then an unlink of each. Batched commits and staging as `computerd mount`
 //! sets them. Prints the median time per operation over the rounds.
 //!
 //!   cargo run --release -p computer-benches --example small_files -- [FILES] [ROUNDS]
@@ -39,7 +39,8 @@ fn main() -> anyhow::Result<()> {
         truncate: true,
         ..OpenFlags::default()
     };
-    let (mut lookups, mut creates, mut releases, mut unlinks) = (vec![], vec![], vec![], vec![]);
+    let (mut lookups, mut creates, mut releases, mut getattrs, mut unlinks) =
+        (vec![], vec![], vec![], vec![], vec![]);
     for round in 0..rounds {
         let parent = ws
             .mkdir(
@@ -72,6 +73,17 @@ fn main() -> anyhow::Result<()> {
         }
         // Let the worker ingest and recycle, as the pause between two commands would.
         std::thread::sleep(Duration::from_millis(300));
+        // Then what `stat` of each file asks once its attributes were invalidated: a
+        // getattr with no batch of changes open.
+        let inos = names
+            .iter()
+            .map(|name| ws.lookup(parent, name).map(|attr| attr.ino))
+            .collect::<Result<Vec<_>, _>>()?;
+        let t = Instant::now();
+        for &ino in &inos {
+            ws.getattr(ino)?;
+        }
+        let getattr = t.elapsed();
         let t = Instant::now();
         for name in &names {
             ws.unlink(parent, name)?;
@@ -82,13 +94,15 @@ fn main() -> anyhow::Result<()> {
         lookups.push(per(lookup));
         creates.push(per(create));
         releases.push(per(release));
+        getattrs.push(per(getattr));
         unlinks.push(per(unlink));
     }
     println!(
-        "{files} files, median of {rounds} rounds, us per operation: lookup {:.1}  create {:.1}  release {:.1}  unlink {:.1}",
+        "{files} files, median of {rounds} rounds, us per operation: lookup {:.1}  create {:.1}  release {:.1}  idle getattr {:.1}  unlink {:.1}",
         median(lookups),
         median(creates),
         median(releases),
+        median(getattrs),
         median(unlinks)
     );
     Ok(())
