@@ -118,8 +118,8 @@ fn now() -> SystemTime {
     SystemTime::now()
 }
 
-fn new_attr(ino: u64, kind: FileType, perm: u32, req: &Request) -> FileAttr {
-    let at = now();
+/// Attributes of a new node (`ino` 0 with zeroed times: a negative entry).
+fn attr(ino: u64, kind: FileType, perm: u32, uid: u32, gid: u32, at: SystemTime) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: 0,
@@ -130,33 +130,26 @@ fn new_attr(ino: u64, kind: FileType, perm: u32, req: &Request) -> FileAttr {
         crtime: at,
         kind,
         perm: (perm & 0o7777) as u16,
-        nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: req.uid(),
-        gid: req.gid(),
+        nlink: match (ino, kind) {
+            (0, _) => 0,
+            (_, FileType::Directory) => 2,
+            _ => 1,
+        },
+        uid,
+        gid,
         rdev: 0,
         blksize: 4096,
         flags: 0,
     }
 }
 
+fn new_attr(ino: u64, kind: FileType, perm: u32, req: &Request) -> FileAttr {
+    attr(ino, kind, perm, req.uid(), req.gid(), now())
+}
+
+/// The kernel caches "no such name" for the entry timeout.
 fn negative() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
+    attr(0, FileType::RegularFile, 0, 0, 0, UNIX_EPOCH)
 }
 
 fn time(t: TimeOrNow) -> SystemTime {
@@ -680,24 +673,9 @@ impl Filesystem for FloorFs {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut nodes = HashMap::new();
-    let at = now();
-    let root = FileAttr {
-        ino: INodeNo(ROOT),
-        size: 0,
-        blocks: 0,
-        atime: at,
-        mtime: at,
-        ctime: at,
-        crtime: at,
-        kind: FileType::Directory,
-        perm: 0o755,
-        nlink: 2,
-        uid: nix::unistd::getuid().as_raw(),
-        gid: nix::unistd::getgid().as_raw(),
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    };
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let root = attr(ROOT, FileType::Directory, 0o755, uid, gid, now());
     nodes.insert(
         ROOT,
         Node {
