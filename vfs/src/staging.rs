@@ -337,17 +337,22 @@ impl Staging {
         Ok(())
     }
 
-    /// A spare opened again, if one is left (one that vanished is skipped: someone
-    /// cleaned the directory).
+    /// A spare opened again, if one is left. One that cannot be opened means someone
+    /// else emptied the directory: the others are forgotten too, so that a create never
+    /// tries thousands of vanished names (opening the workspace again recycles whatever
+    /// is left there).
     fn reopen_spare(&self) -> Option<PoolFile> {
-        loop {
-            let name = lock(&self.spare).pop()?;
-            let opened = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.path(&name));
-            if let Ok(file) = opened {
-                return Some(PoolFile { name, file });
+        let name = lock(&self.spare).pop()?;
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.path(&name));
+        match opened {
+            Ok(file) => Some(PoolFile { name, file }),
+            Err(err) => {
+                tracing::warn!("staging file {name} is gone ({err}); forgetting the spares");
+                lock(&self.spare).clear();
+                None
             }
         }
     }
@@ -608,7 +613,7 @@ mod tests {
         for pool_file in &reopened {
             assert_eq!(pool_file.file.metadata().unwrap().len(), 0);
         }
-        // A spare someone deleted is skipped.
+        // A spare someone deleted is forgotten, with the others.
         for pool_file in taken.into_iter().chain(reopened).take(3) {
             staging.give_back(pool_file);
         }
