@@ -768,7 +768,7 @@ impl Workspace {
         }
         if self.staging().is_some() {
             for name in existing {
-                staging.recycle(name);
+                staging.adopt_leftover(name);
             }
         }
         Ok(())

@@ -278,6 +278,23 @@ impl Staging {
         }
     }
 
+    /// Takes in a file found in the directory at open and bound to nothing: into the
+    /// pool while it has room (opened and emptied now), else as a spare by name alone,
+    /// emptied when reopened, so that opening a workspace with thousands of spares costs
+    /// no syscall for each.
+    pub fn adopt_leftover(&self, name: String) {
+        if lock(&self.pool).len() < self.pool_max {
+            return self.recycle(name);
+        }
+        let mut spare = lock(&self.spare);
+        if spare.len() < SPARE_MAX {
+            spare.push(name);
+        } else {
+            drop(spare);
+            let _ = std::fs::remove_file(self.path(&name));
+        }
+    }
+
     /// Returns a file to the pool, emptied; past the pool's bound it is closed and kept
     /// as a spare, past `SPARE_MAX` deleted.
     pub fn give_back(&self, pool_file: PoolFile) {
@@ -337,20 +354,26 @@ impl Staging {
         Ok(())
     }
 
-    /// A spare opened again, if one is left. One that cannot be opened means someone
-    /// else emptied the directory: the others are forgotten too, so that a create never
-    /// tries thousands of vanished names (opening the workspace again recycles whatever
-    /// is left there).
+    /// A spare opened again (and emptied, if it is a leftover with content), if one is
+    /// left. One that cannot be opened means someone else emptied the directory: the
+    /// others are forgotten too, so that a create never tries thousands of vanished
+    /// names (opening the workspace again takes in whatever is left there).
     fn reopen_spare(&self) -> Option<PoolFile> {
         let name = lock(&self.spare).pop()?;
-        let opened = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(self.path(&name));
-        match opened {
+        let path = self.path(&name);
+        let opened = OpenOptions::new().read(true).write(true).open(&path);
+        let emptied = opened.and_then(|file| {
+            if file.metadata()?.len() > 0 {
+                file.set_len(0)?;
+                disarm_flush_on_close(&path);
+            }
+            Ok(file)
+        });
+        match emptied {
             Ok(file) => Some(PoolFile { name, file }),
             Err(err) => {
-                tracing::warn!("staging file {name} is gone ({err}); forgetting the spares");
+                tracing::warn!("staging file {name}: {err}; forgetting the spares");
+                let _ = std::fs::remove_file(&path);
                 lock(&self.spare).clear();
                 None
             }
@@ -634,6 +657,32 @@ mod tests {
         let _pool: Vec<_> = (0..2).map(|_| staging.try_reserve().unwrap()).collect();
         assert_eq!(staging.try_reserve().unwrap().name, spare);
         assert!(staging.try_reserve().is_none());
+    }
+
+    /// Leftovers found at open fill the pool first (emptied then); the rest become spares
+    /// by name, emptied only when reopened.
+    #[test]
+    fn leftovers_past_the_pool_are_emptied_when_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging_dir = dir.path().join("staging");
+        let (mut staging, _) = Staging::open(&staging_dir, 0, 0).unwrap();
+        staging.pool_max = 1;
+        for name in ["pool-8", "pool-9"] {
+            std::fs::write(staging_dir.join(name), b"left by a crash").unwrap();
+        }
+        staging.adopt_leftover("pool-8".into());
+        staging.adopt_leftover("pool-9".into());
+        assert_eq!((staging.pool_len(), staging.spare_len()), (1, 1));
+        let size = |name: &str| std::fs::metadata(staging_dir.join(name)).unwrap().len();
+        assert_eq!(
+            (size("pool-8"), size("pool-9")),
+            (0, 15),
+            "the spare is not touched"
+        );
+        assert_eq!(staging.try_reserve().unwrap().name, "pool-8");
+        let spare = staging.try_reserve().unwrap();
+        assert_eq!(spare.name, "pool-9");
+        assert_eq!(spare.file.metadata().unwrap().len(), 0);
     }
 
     /// A file that was handed out mappable goes back to the pool only once nothing maps
