@@ -608,14 +608,20 @@ mod tests {
         assert_eq!(staging.pool_len(), 2 * POOL_LOW);
     }
 
+    /// A staging directory whose pool holds at most `pool_max` open files.
+    fn bounded_staging(pool_max: usize) -> (tempfile::TempDir, PathBuf, Staging) {
+        let dir = tempfile::tempdir().unwrap();
+        let staging_dir = dir.path().join("staging");
+        let (mut staging, _) = Staging::open(&staging_dir, 0, 0).unwrap();
+        staging.pool_max = pool_max;
+        (dir, staging_dir, staging)
+    }
+
     /// Past the pool's bound, files given back are kept closed and reopened before any
     /// new one is made: a burst larger than the pool neither deletes nor creates inodes.
     #[test]
     fn files_past_the_pool_bound_are_kept_as_spares_and_reopened() {
-        let dir = tempfile::tempdir().unwrap();
-        let staging_dir = dir.path().join("staging");
-        let (mut staging, _) = Staging::open(&staging_dir, 0, 0).unwrap();
-        staging.pool_max = 2;
+        let (_dir, staging_dir, staging) = bounded_staging(2);
         let on_disk = || std::fs::read_dir(&staging_dir).unwrap().count();
         staging.refill(2).unwrap();
         let taken: Vec<_> = (0..2).map(|_| staging.try_reserve().unwrap()).collect();
@@ -663,10 +669,7 @@ mod tests {
     /// by name, emptied only when reopened.
     #[test]
     fn leftovers_past_the_pool_are_emptied_when_reopened() {
-        let dir = tempfile::tempdir().unwrap();
-        let staging_dir = dir.path().join("staging");
-        let (mut staging, _) = Staging::open(&staging_dir, 0, 0).unwrap();
-        staging.pool_max = 1;
+        let (_dir, staging_dir, staging) = bounded_staging(1);
         for name in ["pool-8", "pool-9"] {
             std::fs::write(staging_dir.join(name), b"left by a crash").unwrap();
         }
