@@ -286,6 +286,11 @@ impl Staging {
         if lock(&self.pool).len() < self.pool_max {
             return self.recycle(name);
         }
+        self.keep_spare(name);
+    }
+
+    /// Keeps the closed file `name` as a spare, or deletes it past `SPARE_MAX`.
+    fn keep_spare(&self, name: String) {
         let mut spare = lock(&self.spare);
         if spare.len() < SPARE_MAX {
             spare.push(name);
@@ -312,13 +317,7 @@ impl Staging {
         drop(pool);
         let PoolFile { name, file } = pool_file;
         drop(file);
-        let mut spare = lock(&self.spare);
-        if spare.len() < SPARE_MAX {
-            spare.push(name);
-        } else {
-            drop(spare);
-            let _ = std::fs::remove_file(&path);
-        }
+        self.keep_spare(name);
     }
 
     /// Returns the file of an entry nobody uses any more to the pool.
