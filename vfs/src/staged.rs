@@ -739,8 +739,10 @@ impl Workspace {
                 &temporary
             }
         };
-        let (_, existing) = Staging::open(staging.dir(), 0, 0)?;
-        let mut recovered = std::collections::HashSet::new();
+        // A set: with the pool's spares the directory can hold thousands of names, and
+        // every bound file is looked up in it.
+        let existing: std::collections::HashSet<String> =
+            Staging::open(staging.dir(), 0, 0)?.1.into_iter().collect();
         for (ino, file) in &bound {
             if !existing.contains(file) {
                 tracing::warn!(
@@ -764,7 +766,6 @@ impl Workspace {
                 }
             }
             tracing::info!("{ino}: recovered staged content from {file}");
-            recovered.insert(file.clone());
         }
         if self.staging().is_some() {
             for name in existing {
