@@ -166,7 +166,8 @@ impl RequestPolling {
     /// worker getting stuck in a slow request (an `fsync`, a large read): it then takes
     /// no new requests, so none arrives.
     pub fn request_done(&self) {
-        if !self.polling.load(Ordering::Relaxed) {
+        // One worker never rests: no lock on each of its requests.
+        if self.workers < 2 || !self.polling.load(Ordering::Relaxed) {
             return;
         }
         let mut resting = self.resting.lock().unwrap_or_else(|e| e.into_inner());
