@@ -1,7 +1,8 @@
 //! What the store alone spends on the requests of a small-file burst, as the mount
 //! makes them: for each of N files a negative lookup, a create with a staging file, a
-//! few bytes written to it (as `echo $i > f$i` does), a release; a getattr of each once the batch is committed; then an unlink of each. Batched commits and staging as `computerd mount`
-//! sets them. Prints the median time per operation over the rounds.
+//! few bytes written to it (as `echo $i > f$i` does), a release; a getattr of each once
+//! the batch is committed; then an unlink of each. Batched commits and staging as
+//! `computerd mount` sets them. Prints the median time per operation over the rounds.
 //!
 //!   cargo run --release -p computer-benches --example small_files -- [FILES] [ROUNDS]
 //!
