@@ -834,7 +834,12 @@ impl Workspace {
                 blocks,
                 hold,
                 |txn| {
-                    let plan = plan(txn, peer, entries, authority, &dirty)?;
+                    // Entries the record already covers were applied by an earlier
+                    // delivery of them (a push whose answer was lost, so the peer
+                    // sends them again): applying them now would bring back what we
+                    // changed since, a state the peer no longer holds.
+                    let applied = fenced(txn, peer, replica_id)?.applied;
+                    let plan = plan(txn, peer, entries, &applied, authority, &dirty)?;
                     let batch = plan.batch.clone();
                     let steps_first = !plan.copies.is_empty() || !plan.moves.is_empty();
                     *planned.borrow_mut() = plan;
@@ -971,11 +976,13 @@ fn is_within(path: &[u8], dir: &[u8]) -> bool {
     path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/' || dir == b"/")
 }
 
-/// Decides what to do with each incoming entry, against the state on `conn`.
+/// Decides what to do with each incoming entry past `applied` (how far the peer's
+/// changes are applied here), against the state on `conn`.
 fn plan(
     conn: &Connection,
     peer: &str,
     entries: &[ChangeEntry],
+    applied: &Cursor,
     authority: Authority,
     dirty: &std::collections::HashSet<InodeNo>,
 ) -> Result<Plan> {
@@ -985,7 +992,10 @@ fn plan(
         // what was there, but a later entry (the same path filled again) meets
         // nothing.
         let mut cleared: Vec<Vec<u8>> = Vec::new();
-        for entry in entries {
+        let fresh = entries
+            .iter()
+            .filter(|e| !changes::cursor_at_or_after(applied, &Cursor::after(e)));
+        for entry in fresh {
             let view = PeerView {
                 peer,
                 base: &entry.base,

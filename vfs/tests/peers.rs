@@ -580,6 +580,46 @@ fn a_late_push_of_a_directory_does_not_swap_its_state_between_the_sides() {
     assert_eq!(server.fs().stat("/d").unwrap().perm, 0o700);
 }
 
+#[test]
+fn a_push_sent_again_does_not_bring_back_what_the_server_changed_since() {
+    // Sync simulation seed 904724: the server applied a push whose answer was lost,
+    // then moved the pushed file's directory. The replica, which never learned its push
+    // landed, sent it again with a newer change after it; the server applied the old
+    // entries a second time and the file came back at its old path on the server only.
+    let (_dir, server, replica) = setup();
+    replica.fs().mkdir("/a", MkdirOptions::default()).unwrap();
+    replica.fs().mkdir("/a/b", MkdirOptions::default()).unwrap();
+    replica.fs().write_file("/a/b/f", "pushed once\n").unwrap();
+    let first = replica
+        .changes_for("upstream", &Cursor::START, 100, u64::MAX)
+        .unwrap();
+    let blocks = missing_blocks(&replica, &server, &first.entries);
+    server
+        .apply_push("r1", "replica-1", &first.entries, &blocks, &first.next)
+        .unwrap();
+    // (The answer is lost: the replica's record of what it delivered stays behind.)
+    server.fs().rename("/a/b", "/a/c").unwrap();
+    replica.fs().write_file("/g", "later\n").unwrap();
+    let again = replica
+        .changes_for("upstream", &Cursor::START, 100, u64::MAX)
+        .unwrap();
+    assert!(again.entries.iter().any(|e| e.path == b"/a/b/f"));
+    let blocks = missing_blocks(&replica, &server, &again.entries);
+    server
+        .apply_push("r1", "replica-1", &again.entries, &blocks, &again.next)
+        .unwrap();
+    assert!(
+        server.fs().stat("/a/b/f").is_err(),
+        "{:?}",
+        listing(&server)
+    );
+    round(&server, &replica, "r1", "replica-1");
+    round(&server, &replica, "r1", "replica-1");
+    assert_eq!(replica.fs().read_file("/a/c/f").unwrap(), b"pushed once\n");
+    assert_eq!(replica.fs().read_file("/g").unwrap(), b"later\n");
+    assert_eq!(states(&server), states(&replica));
+}
+
 /// Whether some file of `ws` holds `content`.
 fn holds_somewhere(ws: &Workspace, content: &[u8]) -> bool {
     listing(ws).iter().any(|(_, c)| c == content)
