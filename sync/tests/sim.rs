@@ -5,6 +5,12 @@
 //!   [`SEEDS_DEFAULT`] from 0), `SIM_STEPS` steps each, on `SIM_THREADS` threads (default:
 //!   the machine's cores); prints the totals, so a reader sees the faults really happen,
 //!   and every failure with its replay instructions.
+//! - `unswept_range`: new ground on every commit. [`UNSWEPT_SEEDS_DEFAULT`] seeds (or
+//!   `SIM_UNSWEPT_SEEDS`) from a first seed derived from the commit (`git rev-parse
+//!   HEAD`, or the hex in `SIM_COMMIT`): [`UNSWEPT_BASE`] plus the commit's first 32
+//!   bits times [`UNSWEPT_STRIDE`]. Every commit sweeps its own range, the same one each
+//!   time it runs, and prints it; manual sweeps stay below [`UNSWEPT_BASE`], so they
+//!   never cover the same seeds.
 //! - `replay_seed`: runs `SIM_SEED` alone and prints its whole step log if it fails
 //!   (does nothing without `SIM_SEED`):
 //!   `SIM_SEED=123 cargo test --release -p computer-sync --test sim replay_seed -- --nocapture`
@@ -13,10 +19,17 @@
 
 use computer_sync::sim::{self, Failure, Summary};
 
-/// Seeds of a default sweep, the one CI runs: thousands, in about two and a half
-/// minutes of `cargo test --release` on two cores (measured: 2000 seeds in 141 s; 800
-/// in 63 s with the cores shared with other tests). Longer sweeps run with `SIM_SEEDS`.
-const SEEDS_DEFAULT: u64 = 2000;
+/// Seeds of the fixed sweep, the one CI runs beside the commit's own range: with it,
+/// about two and a half minutes of `cargo test --release` on two cores (measured: 2000
+/// seeds in 141 s; 200 in 13.6 s). Longer sweeps run with `SIM_SEEDS`.
+const SEEDS_DEFAULT: u64 = 1000;
+
+/// Seeds of the commit's own range, the one CI runs beside the fixed sweep.
+const UNSWEPT_SEEDS_DEFAULT: u64 = 1000;
+/// Where the commits' ranges start: 2^40, far above any manual sweep.
+const UNSWEPT_BASE: u64 = 1 << 40;
+/// Room for each commit's range: 65,536 seeds, far more than a CI run sweeps.
+const UNSWEPT_STRIDE: u64 = 1 << 16;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -94,16 +107,77 @@ fn print_totals(runs: u64, t: &Summary) {
 fn sweep() {
     let first = env_u64("SIM_FIRST_SEED").unwrap_or(0);
     let seeds = env_u64("SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
+    sweep_and_check(first..first + seeds);
+}
+
+#[test]
+fn unswept_range() {
+    let Some(commit) = commit() else {
+        eprintln!("no commit to derive a range from (no SIM_COMMIT, no git): nothing to sweep");
+        return;
+    };
+    let first = unswept_first_seed(&commit);
+    let seeds = env_u64("SIM_UNSWEPT_SEEDS").unwrap_or(UNSWEPT_SEEDS_DEFAULT);
+    assert!(
+        seeds <= UNSWEPT_STRIDE,
+        "SIM_UNSWEPT_SEEDS is at most {UNSWEPT_STRIDE}"
+    );
+    println!("the range of commit {commit}: SIM_FIRST_SEED={first} SIM_SEEDS={seeds}");
+    sweep_and_check(first..first + seeds);
+}
+
+/// The commit whose range `unswept_range` sweeps: `SIM_COMMIT`, or the checkout's HEAD.
+fn commit() -> Option<String> {
+    if let Ok(commit) = std::env::var("SIM_COMMIT") {
+        return Some(commit.trim().to_owned());
+    }
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()?;
+    let commit = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !commit.is_empty()).then_some(commit)
+}
+
+/// The first seed of `commit`'s range: its first 32 bits pick one of 2^32 slots above
+/// [`UNSWEPT_BASE`].
+fn unswept_first_seed(commit: &str) -> u64 {
+    let prefix = commit.get(..8).unwrap_or(commit);
+    let slot = u64::from_str_radix(prefix, 16)
+        .unwrap_or_else(|_| panic!("{commit:?} does not start with 8 hex digits"));
+    UNSWEPT_BASE + slot * UNSWEPT_STRIDE
+}
+
+#[test]
+fn commits_get_ranges_of_their_own_above_the_manual_ones() {
+    let zero = unswept_first_seed("00000000aaaa");
+    let next = unswept_first_seed("00000001");
+    let last = unswept_first_seed("ffffffff0");
+    assert_eq!(zero, UNSWEPT_BASE);
+    assert_eq!(next - zero, UNSWEPT_STRIDE);
+    assert!(last.checked_add(UNSWEPT_STRIDE).is_some());
+    assert_eq!(
+        unswept_first_seed("df22383c"),
+        unswept_first_seed("DF22383C0123")
+    );
+}
+
+/// Sweeps `seeds` on `SIM_THREADS` threads (default: the cores), prints the totals, and
+/// fails naming every seed that failed.
+fn sweep_and_check(seeds: std::ops::Range<u64>) {
+    let count = seeds.end - seeds.start;
     let threads = env_u64("SIM_THREADS")
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
     let started = std::time::Instant::now();
-    let (totals, failures) = sweep_seeds(first..first + seeds, steps(), threads);
+    let (totals, failures) = sweep_seeds(seeds.clone(), steps(), threads);
     println!(
-        "seeds {first}..{} in {:.1}s on {threads} thread(s)",
-        first + seeds,
+        "seeds {}..{} in {:.1}s on {threads} thread(s)",
+        seeds.start,
+        seeds.end,
         started.elapsed().as_secs_f64()
     );
-    print_totals(seeds - failures.len() as u64, &totals);
+    print_totals(count - failures.len() as u64, &totals);
     if let Some(first_failure) = failures.first() {
         for failure in &failures {
             eprintln!("FAILED: {}", failure.message);
@@ -112,13 +186,13 @@ fn sweep() {
             }
         }
         panic!(
-            "{} of {seeds} seeds failed; the first:\n{first_failure}",
+            "{} of {count} seeds failed; the first:\n{first_failure}",
             failures.len()
         );
     }
     // The sweep proves recovery only if the faults happen: a sweep of any size meets
     // every kind.
-    if seeds >= 50 {
+    if count >= 50 {
         assert!(totals.syncs_ok > 0 && totals.syncs_failed > 0, "{totals:?}");
         assert!(totals.conflicts > 0, "{totals:?}");
         assert!(
@@ -251,4 +325,12 @@ fn seed_71_expired_blocks_are_not_promised_to_a_push() {
 #[test]
 fn seed_386_a_late_push_does_not_swap_a_directory_state() {
     replay(386);
+}
+
+/// The server applied a push whose answer was lost, then moved what it pushed; the
+/// replica sent the push again after a newer change, and the server applied the old
+/// entries a second time, bringing the file back at its old path on the server only.
+#[test]
+fn seed_904724_a_push_sent_again_is_not_applied_twice() {
+    replay(904724);
 }
