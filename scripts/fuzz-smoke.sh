@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A short run of every cargo-fuzz target, for CI: each runs SECONDS seconds (default 20)
-# with a fixed seed (-seed=1), starting from its checked-in seeds (fuzz/seeds/TARGET) when
-# it has any. Fails if a target crashes, panics, leaks or times out. Installs cargo-fuzz if
-# it is missing; builds with RUSTC_BOOTSTRAP=1 on the stable toolchain.
+# starting from its checked-in corpus (fuzz/seeds/TARGET) when it has one. libFuzzer's
+# seed is derived from the commit (its first 8 hex digits; FUZZ_SEED overrides), so each
+# commit explores its own paths and a run can be repeated exactly; the seed is printed.
+# Fails if a target crashes, panics, leaks or times out. Installs cargo-fuzz if it is
+# missing; builds with RUSTC_BOOTSTRAP=1 on the stable toolchain.
 #
 # Usage: scripts/fuzz-smoke.sh [SECONDS]
 set -euo pipefail
@@ -14,6 +16,13 @@ export RUSTC_BOOTSTRAP=1
 if ! command -v cargo-fuzz >/dev/null; then
   cargo install cargo-fuzz --locked
 fi
+
+if [ -z "${FUZZ_SEED:-}" ]; then
+  commit=$(git rev-parse HEAD 2>/dev/null || echo 00000001)
+  # libFuzzer takes a 32-bit seed; 0 would mean "pick one at random".
+  FUZZ_SEED=$(( 0x${commit:0:8} % 4294967295 + 1 ))
+fi
+echo "fuzz-smoke: libFuzzer seed $FUZZ_SEED (repeat with FUZZ_SEED=$FUZZ_SEED)"
 
 mapfile -t targets < <(cargo fuzz list)
 if [ "${#targets[@]}" -eq 0 ]; then
@@ -28,6 +37,6 @@ for target in "${targets[@]}"; do
     dirs+=("seeds/$target")
   fi
   echo "fuzz-smoke: $target for ${seconds}s"
-  cargo fuzz run "$target" "${dirs[@]}" -- -max_total_time="$seconds" -seed=1
+  cargo fuzz run "$target" "${dirs[@]}" -- -max_total_time="$seconds" -seed="$FUZZ_SEED"
 done
 echo "fuzz-smoke: ${#targets[@]} target(s) ran ${seconds}s each without a failure"
