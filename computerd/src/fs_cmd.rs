@@ -27,6 +27,7 @@ use crate::fs_format::{
     short_time,
 };
 use crate::fs_progress::{CheckBar, TransferProgress};
+use crate::owner::{Holder, OwnerLock, Role};
 
 /// Bytes moved per step by `cat` and `write`.
 const COPY_BUFFER: usize = 1 << 20;
@@ -211,6 +212,16 @@ pub enum FsCommand {
 }
 
 impl FsCommand {
+    /// The command's name, as typed (`write`, `ls`, ...).
+    fn name(&self) -> String {
+        // Each variant is its subcommand's one-word name.
+        let debug = format!("{self:?}");
+        let end = debug
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(debug.len());
+        debug[..end].to_ascii_lowercase()
+    }
+
     /// Whether the command changes the workspace (and so may create the database).
     fn writes(&self) -> bool {
         match self {
@@ -345,8 +356,9 @@ fn into_dir(fs: &Fs, src: &str, dst: String) -> String {
 
 // --------------------------------------------------------------------------------- run
 
-fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
-    // Said here, before SQLite has a go, so the message is plain.
+/// Refuses a database path that cannot be one, before SQLite has a go, so the message
+/// is plain.
+fn check_db_path(db: &Path, writes: bool) -> anyhow::Result<()> {
     if db.is_dir() {
         return Err(anyhow!("{}: is a directory", db.display()));
     }
@@ -357,6 +369,10 @@ fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
     if missing && (!writes || parent_missing) {
         return Err(anyhow!("{}: no such file or directory", db.display()));
     }
+    Ok(())
+}
+
+fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
     let options = Options {
         create: writes,
         read_only: !writes,
@@ -366,6 +382,35 @@ fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
     Ok(ws.fs())
 }
 
+/// Who runs a command on a local database: this process, holding its owner lock (none
+/// on read-only media, or to read beside a server), or the process that owns it.
+enum Runner {
+    Here(Option<OwnerLock>),
+    Owner(Holder),
+}
+
+/// Takes the database's owner lock for `command`, waiting for an owner that is
+/// finishing or is another command; returns a mount or server that owns it instead.
+///
+/// A command that only reads a served database reads it here, beside the server (its
+/// output may be larger than the channel carries): a server commits each change at
+/// once and stages nothing, so the database holds what its clients see. A mount's
+/// newest content may still be in its staging files, so reads go to it.
+fn runner(db: &Path, command: &FsCommand) -> anyhow::Result<Runner> {
+    let writes = command.writes();
+    check_db_path(db, writes)?;
+    let holder = Holder::me(Role::Command {
+        name: command.name(),
+    });
+    Ok(
+        match OwnerLock::acquire(db, holder, !writes, Holder::will_leave_or_answer)? {
+            Ok(lock) => Runner::Here(lock),
+            Err(owner) if !writes && matches!(owner.role, Role::Serve { .. }) => Runner::Here(None),
+            Err(owner) => Runner::Owner(owner),
+        },
+    )
+}
+
 pub fn run(args: FsArgs) -> anyhow::Result<ExitCode> {
     if let Some(remote) = &args.remote {
         return crate::remote::fs(remote, args.token_file.as_deref(), &args.command);
@@ -373,6 +418,10 @@ pub fn run(args: FsArgs) -> anyhow::Result<ExitCode> {
     let Some(db) = &args.db else {
         return Err(anyhow!("name a database, or a server with --remote"));
     };
+    let runner = runner(db, &args.command);
+    if let Ok(Runner::Owner(owner)) = &runner {
+        return through_owner(db, owner, &args.command);
+    }
     let (mut stdin, mut stdout, mut stderr) = (io::stdin().lock(), io::stdout(), io::stderr());
     let mut stdio = Stdio {
         stdin: &mut stdin,
@@ -380,7 +429,26 @@ pub fn run(args: FsArgs) -> anyhow::Result<ExitCode> {
         stderr: &mut stderr,
     };
     let writes = args.command.writes();
-    run_on(open(db, writes), args.command, &mut stdio, true)
+    let lock = match runner {
+        Ok(Runner::Here(lock)) => lock,
+        Ok(Runner::Owner(_)) => unreachable!("sent to the owner above"),
+        Err(err) => return run_on(Err(err), args.command, &mut stdio, true),
+    };
+    let result = run_on(open(db, writes), args.command, &mut stdio, true);
+    // Held until the command is done with the database (its handle closed above).
+    drop(lock);
+    result
+}
+
+/// Runs `command` in the process that owns `db`, through its channel.
+fn through_owner(db: &Path, owner: &Holder, command: &FsCommand) -> anyhow::Result<ExitCode> {
+    match &owner.channel {
+        Some(channel) => crate::remote::fs_through_owner(db, channel, command),
+        None => Err(anyhow!(
+            "{}: in use by {owner}, which takes no file commands; work through its mount",
+            db.display()
+        )),
+    }
 }
 
 /// Runs `command` on the workspace `fs` opened to (or the error opening it), with

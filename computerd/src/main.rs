@@ -6,12 +6,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod channel;
 mod fs_cmd;
 mod fs_format;
 mod fs_progress;
 mod fs_walk;
 mod fuse;
 mod mount;
+mod owner;
 mod poll;
 mod remote;
 mod replica;

@@ -23,7 +23,9 @@ use fuser::{Config, MountOption, SessionACL};
 
 use computer_sync::{Follower, SyncOutcome};
 
+use crate::channel::ChannelServer;
 use crate::fuse::{MountConfig, WorkspaceFs};
+use crate::owner::{self, Holder, OwnerLock, Role};
 use crate::poll::RequestPolling;
 use crate::replica::{ControlServer, KernelCache, RemoteArgs};
 
@@ -195,6 +197,8 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     signals.thread_block().context("blocking signals")?;
 
     let (db, mountpoint) = args.paths()?;
+    // Held until this function returns, after the last handle on the database closed.
+    let mut owner = take_ownership(args, &db, &mountpoint)?;
     clear_stale_mount(&mountpoint)?;
     if !mountpoint.exists() {
         std::fs::create_dir_all(&mountpoint)
@@ -225,10 +229,21 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     // finds a replica's control socket from it.
     let db = std::path::absolute(&db).unwrap_or(db);
 
+    let kernel = KernelCache::new(ws.clone());
+    // Other processes' file commands run here from now on (a replica's cache takes
+    // none: its changes must come from the server or through the mount).
+    let channel = match (&mut owner, &args.remote.remote) {
+        (Some(owner), None) => {
+            let (server, channel) = ChannelServer::start(&db, ws.clone(), Some(kernel.observer()))?;
+            owner.offer(channel)?;
+            Some(server)
+        }
+        _ => None,
+    };
     // A replica catches up before it is mounted, so tools find the tree there when the
     // mount is ready; if the server cannot be reached it serves the cache meanwhile.
     let replica = match &args.remote.remote {
-        Some(address) => Some(start_replica(&args.remote, address, &ws)?),
+        Some(address) => Some(start_replica(&args.remote, address, &ws, &kernel)?),
         None => None,
     };
 
@@ -277,17 +292,18 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         polling.attach(device).context("starting the FUSE poller")?;
     }
     let background = session.spawn().context("starting the FUSE workers")?;
+    kernel.attach(background.notifier());
     let control = match &replica {
-        Some(replica) => {
-            replica.kernel.attach(background.notifier());
-            Some(ControlServer::start(
-                crate::replica::control_path(&db),
-                replica.follower.client(),
-            )?)
-        }
+        Some(replica) => Some(ControlServer::start(
+            crate::replica::control_path(&db),
+            replica.follower.client(),
+        )?),
         None => None,
     };
     wait_until_answering(&mountpoint)?;
+    if let Some(owner) = &mut owner {
+        owner.serving()?;
+    }
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     if let Some(mut pipe) = ready.take() {
         let _ = pipe.write_all(b"ready\n");
@@ -303,6 +319,11 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             break join_unmounted(background);
         }
     };
+    // A newcomer now waits for this process instead of being refused.
+    if let Some(owner) = &mut owner {
+        owner.finishing();
+    }
+    drop(channel);
     drop(control);
     if let Some(polling) = &polling {
         polling.stop();
@@ -340,19 +361,50 @@ fn join_unmounted(mut background: fuser::BackgroundSession) -> anyhow::Result<()
     }
 }
 
-/// A replica's sync loop and the kernel cache it invalidates.
+/// Takes the database's owner lock for this mount, waiting for an owner that is
+/// finishing (the previous mount of it, still committing after its unmount) or is a file
+/// command; refuses when another mount or server holds it. `None` for a read-only mount
+/// on read-only media, where no lock can be made and nobody can write.
+fn take_ownership(
+    args: &MountArgs,
+    db: &Path,
+    mountpoint: &Path,
+) -> anyhow::Result<Option<OwnerLock>> {
+    let holder = Holder::me(Role::Mount {
+        mountpoint: resolved(mountpoint),
+        replica: args.remote.remote.is_some(),
+    });
+    match OwnerLock::acquire(db, holder, args.read_only, Holder::will_leave)? {
+        Ok(lock) => Ok(lock),
+        Err(other) => Err(owner::held_error(db, &other)),
+    }
+}
+
+/// `path` as the mount table will list it: absolute, symlinks resolved as far as it
+/// exists yet.
+fn resolved(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    let absolute = std::path::absolute(path).unwrap_or(path.to_owned());
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => resolved(parent).join(name),
+        _ => absolute,
+    }
+}
+
+/// A replica's sync loop.
 struct ReplicaMount {
     follower: Follower,
-    kernel: KernelCache,
 }
 
 fn start_replica(
     remote: &RemoteArgs,
     address: &str,
     ws: &Workspace,
+    kernel: &KernelCache,
 ) -> anyhow::Result<ReplicaMount> {
     let options = remote.follow_options(address, ws)?;
-    let kernel = KernelCache::new(ws.clone());
     let follower = Follower::start(ws.clone(), options, Some(kernel.observer()))
         .context("starting the sync loop")?;
     match follower.sync(INITIAL_SYNC_TIMEOUT) {
@@ -368,7 +420,7 @@ fn start_replica(
             bail!("{address}: {reason}")
         }
     }
-    Ok(ReplicaMount { follower, kernel })
+    Ok(ReplicaMount { follower })
 }
 
 fn termination_signals() -> nix::sys::signal::SigSet {

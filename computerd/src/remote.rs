@@ -76,13 +76,48 @@ pub fn fs(
     let address = address(remote)?;
     let token = read_token(token_file)?;
     let args = command_line(std::env::args_os().skip(1));
+    run_at(&address, &token, args, command)
+}
+
+/// `computerd fs DB <command>` on a database another process owns: the command runs in
+/// that process, through the channel its owner file names (`owner.rs`).
+pub fn fs_through_owner(
+    db: &Path,
+    channel: &crate::owner::Channel,
+    command: &FsCommand,
+) -> anyhow::Result<ExitCode> {
+    if matches!(command, FsCommand::Import { .. } | FsCommand::Export { .. }) {
+        bail!(
+            "{}: import and export run only on a database no other process holds: copy \
+             through its mount, or unmount it first",
+            db.display()
+        );
+    }
+    let mut args = command_line(std::env::args_os().skip(1));
+    // The database is the first word left: the owner knows which it is.
+    let db_word = db.as_os_str().as_bytes();
+    if let Some(at) = args.iter().position(|a| a == db_word) {
+        args.remove(at);
+    }
+    let address = Address::Unix(channel.socket.clone());
+    run_at(&address, channel.token.as_bytes(), args, command)
+}
+
+/// Sends the command line `args` of `command` to the server at `address` and prints
+/// what it printed; exits with its status.
+fn run_at(
+    address: &Address,
+    token: &[u8],
+    args: Vec<Vec<u8>>,
+    command: &FsCommand,
+) -> anyhow::Result<ExitCode> {
     let stdin = if matches!(command, FsCommand::Write { .. }) {
         read_stdin()?
     } else {
         Vec::new()
     };
     let output = rpc::run_local(async {
-        let (upstream, _) = rpc::connect(&address, &token, ClientInfo::default()).await?;
+        let (upstream, _) = rpc::connect(address, token, ClientInfo::default()).await?;
         upstream.fs(&args, &stdin).await
     })
     .context("starting the client's event loop")?

@@ -17,6 +17,8 @@ use computer_sync::rpc::{self, Address, FsOutput, ServeOptions, ServerSocket};
 use computer_sync::Authority;
 use computer_vfs::{Options, Workspace};
 
+use crate::channel::ChannelServer;
+use crate::owner::{self, Holder, OwnerLock, Role};
 use crate::remote;
 
 #[derive(Args, Debug, Clone)]
@@ -40,12 +42,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.connections_max == 0 {
         anyhow::bail!("--connections-max must be at least 1");
     }
+    // Held until this function returns, after the last handle on the database closed.
+    let holder = Holder::me(Role::Serve {
+        address: args.listen.clone(),
+    });
+    let mut owner = match OwnerLock::acquire(&args.db, holder, false, Holder::will_leave)? {
+        Ok(Some(lock)) => lock,
+        Ok(None) => unreachable!("a writer never goes on without the lock"),
+        Err(other) => return Err(owner::held_error(&args.db, &other)),
+    };
     let options = Options {
         create: true,
         ..Options::default()
     };
     let ws = Workspace::open(&args.db, options)
         .with_context(|| format!("opening {}", args.db.display()))?;
+    // `computerd fs DB` from other processes on this machine runs here.
+    let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None)?;
+    owner.offer(offer)?;
+    owner.serving()?;
     let handler_ws = ws.clone();
     let serve_options = ServeOptions {
         fs_handler: Some(Arc::new(move |argv: Vec<Vec<u8>>, stdin: Vec<u8>| {
@@ -79,6 +94,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
     .context("starting the server's event loop")??;
     tracing::info!("stopped serving");
+    owner.finishing();
+    drop(channel);
     // The last handle: committing and checkpointing happen as it closes.
     drop(ws);
     Ok(ExitCode::SUCCESS)

@@ -136,7 +136,15 @@ impl Mount {
             self.pid.is_none(),
             "lose_cache(): the daemon is still running"
         );
-        for suffix in ["", "-wal", "-shm", ".staging", ".control"] {
+        for suffix in [
+            "",
+            "-wal",
+            "-shm",
+            ".staging",
+            ".control",
+            ".owner",
+            ".owner.sock",
+        ] {
             let mut path = self.db.clone().into_os_string();
             path.push(suffix);
             let path = PathBuf::from(path);

@@ -1,0 +1,201 @@
+//! One owner per workspace database (computerd/src/owner.rs), through real processes
+//! and real mounts: a second mount is refused naming the first, a mount right after an
+//! unmount waits for the old daemon instead of racing it, and `computerd fs DB` on a
+//! mounted database runs in the mount's process, so it reads what the mount wrote and
+//! the mount never undoes what it wrote.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{describe_failure, run_cmd, run_with_stdin, wait_exit, Exited, Mount, BIN};
+
+/// `computerd fs <db> <args>` fed `stdin`.
+fn fs(db: &std::path::Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("fs").arg(db).args(args);
+    run_with_stdin(&mut cmd, stdin)
+}
+
+/// Like [`fs`], asserting success; returns stdout.
+fn fs_ok(db: &std::path::Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let out = fs(db, args, stdin);
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_failure(&format!("computerd fs {args:?}"), None, &out)
+    );
+    out.stdout
+}
+
+#[test]
+fn a_second_mount_of_a_database_is_refused_naming_the_first() {
+    let m = Mount::new();
+    let second = m.root.join("second");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("mount").arg(&m.db).arg(&second).arg("--daemon");
+    let out = run_cmd(&mut cmd, "a second mount", Duration::from_secs(60));
+    assert!(!out.status.success(), "a second mount of one database ran");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("pid {}", m.pid())) && stderr.contains(&*m.mnt.to_string_lossy()),
+        "the refusal does not name the owner: {stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        !second.exists(),
+        "a refused mount left its mount point behind"
+    );
+    // A server of it is refused the same way.
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .arg(&m.db)
+        .arg("--listen")
+        .arg(m.root.join("serve.sock"))
+        .env("COMPUTERD_TOKEN", "t");
+    let out = run_cmd(
+        &mut cmd,
+        "a server of a mounted database",
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success(), "a server of a mounted database ran");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use by"));
+}
+
+#[test]
+fn file_commands_on_a_mounted_database_run_in_the_mount() {
+    let m = Mount::new();
+    // Closed through the mount a moment ago, still in its staging file: read back whole.
+    for round in 0..5 {
+        let content = format!("round {round}\n").repeat(1000);
+        std::fs::write(m.path("v.txt"), &content).unwrap();
+        assert_eq!(fs_ok(&m.db, &["cat", "/v.txt"], b""), content.as_bytes());
+    }
+    // A write through the command is the mount's own: visible there at once (the
+    // kernel forgot its cached attributes and pages), and never undone by the staged
+    // copy the mount still holds.
+    fs_ok(&m.db, &["write", "/v.txt"], b"from the command\n");
+    assert_eq!(
+        std::fs::read(m.path("v.txt")).unwrap(),
+        b"from the command\n"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        std::fs::read(m.path("v.txt")).unwrap(),
+        b"from the command\n"
+    );
+    // Removals and new directories reach the kernel's view of the tree too.
+    fs_ok(&m.db, &["mkdir", "-p", "/d/e"], b"");
+    assert!(m.path("d/e").is_dir());
+    fs_ok(&m.db, &["rm", "-r", "/d"], b"");
+    assert!(!m.path("d").exists());
+    // Errors come back as the command's own, with its exit status.
+    let out = fs(&m.db, &["cat", "/missing"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/missing: no such file"));
+}
+
+#[test]
+fn writes_through_the_mount_and_the_command_race_without_loss() {
+    let m = Mount::new();
+    let mount_writes = m.mnt.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 0..100 {
+            std::fs::write(mount_writes.join(format!("m{i}")), format!("mount {i}\n")).unwrap();
+        }
+    });
+    for i in 0..40 {
+        fs_ok(
+            &m.db,
+            &["write", &format!("/c{i}")],
+            format!("command {i}\n").as_bytes(),
+        );
+    }
+    writer.join().unwrap();
+    for i in 0..100 {
+        assert_eq!(
+            fs_ok(&m.db, &["cat", &format!("/m{i}")], b""),
+            format!("mount {i}\n").as_bytes()
+        );
+    }
+    for i in 0..40 {
+        assert_eq!(
+            std::fs::read(m.path(format!("c{i}"))).unwrap(),
+            format!("command {i}\n").as_bytes()
+        );
+    }
+}
+
+/// The workload of issue 13: an SQLite database in the workspace (rollback journal),
+/// updated, then the workspace unmounted and mounted again at once, as scripts do.
+const SQLITE_WORK: &str = r#"
+import sqlite3, sys
+ROWS = 200000
+db = sqlite3.connect("app.sqlite", isolation_level=None)
+if sys.argv[1] == "create":
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO t (v) VALUES (?)", (("x" * 100,) for _ in range(ROWS)))
+    db.execute("COMMIT")
+for i in range(5):
+    db.execute("UPDATE t SET v = ? WHERE id = ?", ("y" * 90, 1 + i * 37000))
+assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+db.close()
+"#;
+
+#[test]
+fn a_mount_right_after_an_unmount_waits_for_the_old_daemon() {
+    let mut m = Mount::new();
+    let script = m.scratch.join("work.py");
+    std::fs::write(&script, SQLITE_WORK).unwrap();
+    let run = |m: &Mount, step: &str| {
+        let out = run_cmd(
+            Command::new("python3")
+                .arg(&script)
+                .arg(step)
+                .current_dir(&m.mnt),
+            "sqlite work",
+            Duration::from_secs(120),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            describe_failure("sqlite work", Some(&m.mnt), &out)
+        );
+    };
+    run(&m, "create");
+    for _ in 0..3 {
+        let old = m.unmount_without_waiting();
+        // No wait for the old daemon: the new one must.
+        m.mount(&[]);
+        run(&m, "update");
+        assert!(
+            !matches!(wait_exit(old, Duration::from_secs(60)), Exited::TimedOut),
+            "the old daemon did not exit"
+        );
+    }
+    m.unmount();
+    m.check_db();
+}
+
+#[test]
+fn a_replica_cache_takes_no_file_commands() {
+    let server = common::Server::start();
+    server.fs_ok(&["write", "/s.txt"], b"served\n");
+    let replica = Mount::replica(&server, &[]);
+    let out = fs(&replica.db, &["ls", "/"], b"");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a replica mounted at") && stderr.contains("work through its mount"),
+        "{stderr}"
+    );
+    // The server's database, though, takes them through the server.
+    assert_eq!(fs_ok(&server.db, &["cat", "/s.txt"], b""), b"served\n");
+    fs_ok(&server.db, &["write", "/t.txt"], b"through the owner\n");
+    assert_eq!(
+        server.fs_ok(&["cat", "/t.txt"], b""),
+        b"through the owner\n"
+    );
+}
