@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the test command (scripts/test.sh) needs on a fresh machine of this
+# kind (Debian, Rust stable, root), and nothing that is already there: Debian's packages
+# (after `apt-get update`, only when one is missing) and the conformance and fuzzing
+# tools from crates.io at pinned versions.
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# git, tar, python3 and node/npm drive the integration tests; capnproto lets
+# scripts/check-capnp.sh check the committed generated code against the schema.
+packages=(git tar python3 ca-certificates capnproto)
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-test-deps: installing ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+install_tool() {
+  local name="$1" version="$2"
+  if ! "$name" --version 2>/dev/null | grep -q "$version"; then
+    echo "install-test-deps: installing $name $version"
+    cargo install "$name" --version "$version" --locked --quiet
+  fi
+}
+install_tool pjdfstest 0.2.2
+install_tool fsx 0.3.2
+# The fuzz smoke run (scripts/fuzz-smoke.sh) builds its targets with cargo-fuzz.
+install_tool cargo-fuzz 0.13.2
