@@ -1,8 +1,8 @@
 //! `computerd fs <DB> <command>`: file commands against a workspace database.
 //!
 //! Paths inside the workspace are absolute; a relative one is taken from the root
-//! (`a/b` is `/a/b`). Commands that only read open the database read-only and never
-//! create it; commands that change the workspace create the database if it is missing.
+//! (`a/b` is `/a/b`). Commands that only read open the database read-only; no command
+//! makes a workspace (`computerd init` does), so a mistyped path is an error.
 //!
 //! Errors are one line on stderr, `computerd: <what>: <why>`, and a non-zero exit
 //! status (grep: 1 for no match, 2 for an error, like grep(1)). Commands that take
@@ -357,24 +357,26 @@ fn into_dir(fs: &Fs, src: &str, dst: String) -> String {
 // --------------------------------------------------------------------------------- run
 
 /// Refuses a database path that cannot be one, before SQLite has a go, so the message
-/// is plain.
+/// is plain. A command that would change a missing workspace says how to make one.
 fn check_db_path(db: &Path, writes: bool) -> anyhow::Result<()> {
     if db.is_dir() {
         return Err(anyhow!("{}: is a directory", db.display()));
     }
-    let missing = !db.exists();
-    let parent_missing = db
-        .parent()
-        .is_some_and(|p| !p.as_os_str().is_empty() && !p.is_dir());
-    if missing && (!writes || parent_missing) {
-        return Err(anyhow!("{}: no such file or directory", db.display()));
+    match (db.exists(), writes) {
+        (true, _) => Ok(()),
+        (false, false) => Err(anyhow!("{}: no such file or directory", db.display())),
+        (false, true) => Err(anyhow!(
+            "{}: no such file or directory (computerd init makes a workspace)",
+            db.display()
+        )),
     }
-    Ok(())
 }
 
+/// Opens an existing workspace (never makes one: a mistyped path must not become an
+/// empty workspace that takes the writes meant for another).
 fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
     let options = Options {
-        create: writes,
+        create: false,
         read_only: !writes,
         ..Options::default()
     };

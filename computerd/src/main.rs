@@ -12,6 +12,7 @@ mod fs_format;
 mod fs_progress;
 mod fs_walk;
 mod fuse;
+mod init;
 mod mount;
 mod owner;
 mod poll;
@@ -37,6 +38,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Make a new, empty workspace database.
+    Init(init::InitArgs),
     /// Work on a workspace database directly: ls, cat, write, import, check, ...
     Fs(fs_cmd::FsArgs),
     /// Mount a workspace (or, with --remote, a replica of a served one) as a filesystem
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
     init_logging(&cli.log);
     raise_descriptor_limit();
     let result = match cli.command {
+        Command::Init(args) => init::run(args),
         Command::Fs(args) => fs_cmd::run(args),
         Command::Mount(args) => mount::run(args),
         Command::Serve(args) => serve::run(args),

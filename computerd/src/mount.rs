@@ -40,8 +40,8 @@ const INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
-    /// The workspace database (created if it does not exist). With --remote, leave it
-    /// out: the replica lives in --cache.
+    /// The workspace database (made, and said so, if nothing is at that path). With
+    /// --remote, leave it out: the replica lives in --cache.
     #[arg(value_name = "DB")]
     pub first: PathBuf,
     /// Where to mount it (a directory, created if missing).
@@ -52,6 +52,9 @@ pub struct MountArgs {
     /// Refuse every change (EROFS).
     #[arg(long)]
     pub read_only: bool,
+    /// Mount over a directory that is not empty (its files are hidden while mounted).
+    #[arg(long)]
+    pub nonempty: bool,
     /// Let users other than the one mounting use the filesystem.
     #[arg(long)]
     pub allow_other: bool,
@@ -117,6 +120,10 @@ pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
     let ready_fd = std::env::var(READY_FD_ENV)
         .ok()
         .and_then(|v| v.parse::<i32>().ok());
+    if ready_fd.is_none() && !args.read_only && args.remote.remote.is_none() {
+        // Said here, where the user sees it (a daemon's stderr is its log).
+        crate::init::announce_new(&args.paths()?.0);
+    }
     if args.daemon && ready_fd.is_none() {
         return spawn_daemon(&args);
     }
@@ -200,14 +207,18 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     // Held until this function returns, after the last handle on the database closed.
     let mut owner = take_ownership(args, &db, &mountpoint)?;
     clear_stale_mount(&mountpoint)?;
-    if !mountpoint.exists() {
-        std::fs::create_dir_all(&mountpoint)
-            .with_context(|| format!("{}: cannot create the mount point", mountpoint.display()))?;
-    }
+    // A mount that fails leaves no mount point it made behind.
+    let mut made = MadeDir::new(&mountpoint)?;
     let meta = std::fs::metadata(&mountpoint)
         .with_context(|| format!("{}: cannot use as a mount point", mountpoint.display()))?;
     if !meta.is_dir() {
         bail!("{}: not a directory", mountpoint.display());
+    }
+    if !args.nonempty && has_entries(&mountpoint)? {
+        bail!(
+            "{}: not empty; mounting would hide its files (--nonempty mounts over them)",
+            mountpoint.display()
+        );
     }
     let disk_reserve_bytes = crate::fs_format::parse_size(&args.disk_reserve).ok_or_else(|| {
         anyhow!(
@@ -217,14 +228,15 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     })?;
     let options = Options {
         disk_reserve_bytes,
-        create: !args.read_only,
+        // Only where nothing is: an existing file that is not a workspace is an error.
+        create: !args.read_only && db.symlink_metadata().is_err(),
         read_only: args.read_only,
         staging_dir: (!args.read_only).then(|| staging_dir(&db)),
         commit_delay: (args.commit_delay_ms > 0)
             .then(|| Duration::from_millis(args.commit_delay_ms)),
         ..Options::default()
     };
-    let ws = Workspace::open(&db, options).with_context(|| format!("opening {}", db.display()))?;
+    let ws = Workspace::open(&db, options).map_err(crate::fs_cmd::vfs_err)?;
     // The source names the database by its absolute path: `computerd sync MOUNTPOINT`
     // finds a replica's control socket from it.
     let db = std::path::absolute(&db).unwrap_or(db);
@@ -301,6 +313,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         None => None,
     };
     wait_until_answering(&mountpoint)?;
+    made.keep();
     if let Some(owner) = &mut owner {
         owner.serving()?;
     }
@@ -377,6 +390,52 @@ fn take_ownership(
     match OwnerLock::acquire(db, holder, args.read_only, Holder::will_leave)? {
         Ok(lock) => Ok(lock),
         Err(other) => Err(owner::held_error(db, &other)),
+    }
+}
+
+/// Whether the directory at `path` holds anything.
+fn has_entries(path: &Path) -> anyhow::Result<bool> {
+    let mut entries = std::fs::read_dir(path)
+        .with_context(|| format!("{}: cannot list the mount point", path.display()))?;
+    Ok(entries.next().is_some())
+}
+
+/// A mount point this mount made (with any missing parents), removed again unless
+/// kept: a mount that fails leaves nothing behind.
+struct MadeDir {
+    /// The directories made, the deepest last.
+    made: Vec<PathBuf>,
+}
+
+impl MadeDir {
+    fn new(path: &Path) -> anyhow::Result<MadeDir> {
+        let mut missing = Vec::new();
+        let mut at = Some(path);
+        while let Some(dir) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            missing.push(dir.to_owned());
+            at = dir.parent();
+        }
+        missing.reverse();
+        let mut made = MadeDir { made: Vec::new() };
+        for dir in missing {
+            std::fs::create_dir(&dir)
+                .with_context(|| format!("{}: cannot create the mount point", dir.display()))?;
+            made.made.push(dir);
+        }
+        Ok(made)
+    }
+
+    fn keep(&mut self) {
+        self.made.clear();
+    }
+}
+
+impl Drop for MadeDir {
+    fn drop(&mut self) {
+        for dir in self.made.iter().rev() {
+            // Only if still empty: whatever someone put there stays.
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 

@@ -23,7 +23,8 @@ use crate::remote;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// The authoritative workspace database (created if it does not exist).
+    /// The authoritative workspace database (made, and said so, if nothing is at that
+    /// path).
     pub db: PathBuf,
     /// Where to listen: a Unix socket path, or tcp:HOST:PORT.
     #[arg(long, value_name = "ADDR")]
@@ -51,12 +52,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(None) => unreachable!("a writer never goes on without the lock"),
         Err(other) => return Err(owner::held_error(&args.db, &other)),
     };
+    crate::init::announce_new(&args.db);
     let options = Options {
-        create: true,
+        // Only where nothing is: an existing file that is not a workspace is an error.
+        create: args.db.symlink_metadata().is_err(),
         ..Options::default()
     };
-    let ws = Workspace::open(&args.db, options)
-        .with_context(|| format!("opening {}", args.db.display()))?;
+    let ws = Workspace::open(&args.db, options).map_err(crate::fs_cmd::vfs_err)?;
     // `computerd fs DB` from other processes on this machine runs here.
     let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None)?;
     owner.offer(offer)?;

@@ -59,9 +59,25 @@ fn computerd(db: &Path, args: &[&str], stdin: &[u8]) -> Run {
     }
 }
 
+/// `computerd <args>` (not `fs`), returning its output whatever its status.
+fn computerd_top(args: &[&std::ffi::OsStr]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_computerd"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("computerd runs");
+    Run {
+        code: out.status.code().expect("computerd exits"),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A new workspace, made with `computerd init`.
 fn setup() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("ws.db");
+    computerd_top(&["init".as_ref(), db.as_os_str()]).ok();
     (dir, db)
 }
 
@@ -70,7 +86,6 @@ fn write_and_cat_round_trip_through_stdin() {
     let (_dir, db) = setup();
     let data = pseudo_random(3 << 20);
     computerd(&db, &["write", "/blob"], &data).ok();
-    assert!(db.exists(), "a write command creates the database");
     let run = computerd(&db, &["cat", "/blob"], b"").ok();
     assert!(run.stdout == data, "cat returns what write stored");
 
@@ -441,8 +456,63 @@ fn errors_are_one_line_naming_the_path() {
     assert_eq!(
         run.stderr,
         format!(
-            "computerd: {}: no such file or directory\n",
+            "computerd: {}: no such file or directory (computerd init makes a workspace)\n",
             nowhere.display()
         )
     );
+}
+
+#[test]
+fn only_init_makes_a_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    // A mistyped path: no command that writes makes a workspace there.
+    let typo = dir.path().join("wss.db");
+    for args in [
+        &["write", "/a"][..],
+        &["mkdir", "/d"],
+        &["rm", "-f", "/x"],
+        &["import", "/nonexistent", "/"],
+    ] {
+        let run = computerd(&typo, args, b"x");
+        assert_eq!(run.code, 1, "{args:?}");
+        assert!(
+            run.stderr
+                .contains("no such file or directory (computerd init makes a workspace)"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    // An empty file (or any file that is not a workspace) stays what it is.
+    let empty = dir.path().join("empty.db");
+    fs::write(&empty, b"").unwrap();
+    for args in [&["write", "/a"][..], &["ls"]] {
+        let run = computerd(&empty, args, b"x");
+        assert_eq!(run.code, 1, "{args:?}");
+        assert_eq!(
+            run.stderr,
+            format!("computerd: {}: not a workspace database\n", empty.display())
+        );
+    }
+    assert_eq!(fs::read(&empty).unwrap(), b"");
+    // init makes one, once.
+    let db = dir.path().join("ws.db");
+    let run = computerd_top(&["init".as_ref(), db.as_os_str()]).ok();
+    assert!(run.out().starts_with("made workspace "), "{}", run.out());
+    computerd(&db, &["write", "/a"], b"here\n").ok();
+    let again = computerd_top(&["init".as_ref(), db.as_os_str()]);
+    assert_eq!(again.code, 1);
+    assert!(again.stderr.contains("file exists"), "{}", again.stderr);
+    assert_eq!(computerd(&db, &["cat", "/a"], b"").ok().out(), "here\n");
+    let again = computerd_top(&["init".as_ref(), empty.as_os_str()]);
+    assert_eq!(again.code, 1);
+    assert_eq!(fs::read(&empty).unwrap(), b"");
 }

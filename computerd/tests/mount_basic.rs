@@ -645,3 +645,61 @@ fn polls_the_device_only_while_requests_come() {
         assert_eq!(log.contains("FUSE device polled"), polls, "{log}");
     }
 }
+
+/// `computerd mount <args>` (not as a daemon helper): its output, whatever its status.
+fn mount_command(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.arg("mount").args(args);
+    common::run_cmd(
+        &mut cmd,
+        "computerd mount",
+        std::time::Duration::from_secs(60),
+    )
+}
+
+#[test]
+fn a_failed_mount_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_workspace = dir.path().join("notes.txt");
+    std::fs::write(&not_a_workspace, b"my notes\n").unwrap();
+    let mountpoint = dir.path().join("a/b/mnt");
+    let out = mount_command(&[
+        not_a_workspace.as_os_str(),
+        mountpoint.as_os_str(),
+        "--daemon".as_ref(),
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "computerd: {}: not a workspace database\n",
+            not_a_workspace.display()
+        )
+    );
+    assert_eq!(std::fs::read(&not_a_workspace).unwrap(), b"my notes\n");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["notes.txt"], "a failed mount left files behind");
+}
+
+#[test]
+fn mounting_over_a_non_empty_directory_needs_nonempty() {
+    let mut m = Mount::new();
+    m.unmount();
+    std::fs::write(m.mnt.join("hidden.txt"), b"under the mount\n").unwrap();
+    let out = mount_command(&[m.db.as_os_str(), m.mnt.as_os_str(), "--daemon".as_ref()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not empty") && stderr.contains("--nonempty"),
+        "{stderr}"
+    );
+    assert!(!is_mounted(&m.mnt));
+    m.mount(&["--nonempty"]);
+    assert!(!m.path("hidden.txt").exists());
+    m.unmount();
+    assert!(m.mnt.join("hidden.txt").exists());
+    std::fs::remove_file(m.mnt.join("hidden.txt")).unwrap();
+}

@@ -18,7 +18,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::chunker::ChunkSizes;
 use crate::disk_room::{DiskRoom, METADATA_BYTES_PER_MUTATION};
-use crate::error::{Error, Result, StorageContext};
+use crate::error::{Error, ErrorPath, Result, StorageContext};
 use crate::types::{Quota, Revision};
 
 /// The schema version this code writes. Opening a database of another version fails.
@@ -618,6 +618,10 @@ impl Db {
                 std::io::Error::from_raw_os_error(libc::ENOENT),
             ));
         }
+        // Before SQLite opens it, which would write its header into an empty file.
+        if exists && !options.create && !is_sqlite_file(path)? {
+            return Err(Error::NotWorkspace(ErrorPath::none()));
+        }
         let flags = if options.read_only {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
         } else {
@@ -1170,6 +1174,28 @@ fn random_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether the file at `path` starts as every SQLite database does (an empty file is
+/// not one yet).
+fn is_sqlite_file(path: &Path) -> Result<bool> {
+    const HEADER: &[u8; 16] = b"SQLite format 3\0";
+    let mut start = [0u8; 16];
+    let read = std::fs::File::open(path).and_then(|mut file| {
+        use std::io::Read;
+        let mut filled = 0;
+        while filled < start.len() {
+            match file.read(&mut start[filled..])? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        Ok(filled)
+    });
+    match read {
+        Ok(filled) => Ok(filled == HEADER.len() && &start == HEADER),
+        Err(err) => Err(Error::io(path.display().to_string(), err)),
+    }
+}
+
 fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
     let has_meta: bool = conn
         .query_row(
@@ -1180,8 +1206,10 @@ fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
         .ctx("inspecting the database")?
         > 0;
     if !has_meta {
-        if options.read_only {
-            return Err(Error::corrupt("not a workspace database (no meta table)"));
+        // An empty file (a mistyped path someone touched) becomes a workspace only when
+        // asked to.
+        if options.read_only || !options.create {
+            return Err(Error::NotWorkspace(ErrorPath::none()));
         }
         let empty: i64 = conn
             .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))

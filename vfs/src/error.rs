@@ -57,6 +57,10 @@ pub enum Error {
         path: ErrorPath,
         reason: &'static str,
     },
+    /// The file opened is not a workspace database (an empty file, another program's
+    /// database), and the caller did not ask to make one.
+    #[error("{0}not a workspace database")]
+    NotWorkspace(ErrorPath),
     #[error("{0}too many levels of symbolic links")]
     Loop(ErrorPath),
     #[error("{0}file name too long")]
@@ -128,6 +132,7 @@ impl Error {
             Error::IsDir(_) => libc::EISDIR,
             Error::NotEmpty(_) => libc::ENOTEMPTY,
             Error::Invalid { .. } => libc::EINVAL,
+            Error::NotWorkspace(_) => libc::EINVAL,
             Error::Loop(_) => libc::ELOOP,
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::CrossDevice(_) => libc::EXDEV,
@@ -190,7 +195,8 @@ impl Error {
             | Error::NotSupported(p)
             | Error::TooBig(p)
             | Error::Busy(p)
-            | Error::StaleReplica(p) => Some(p),
+            | Error::StaleReplica(p)
+            | Error::NotWorkspace(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }
@@ -222,7 +228,8 @@ impl Error {
             | Error::NotSupported(p)
             | Error::TooBig(p)
             | Error::Busy(p)
-            | Error::StaleReplica(p) => Some(p),
+            | Error::StaleReplica(p)
+            | Error::NotWorkspace(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }

@@ -39,7 +39,8 @@ pub const XATTR_VALUE_MAX: usize = 65536;
 /// How to open a workspace.
 #[derive(Clone)]
 pub struct Options {
-    /// Create the database if it does not exist.
+    /// Make a workspace: create the database if it does not exist, and lay the schema
+    /// in an empty one. Without it, only an existing workspace opens.
     pub create: bool,
     /// Refuse every mutation with EROFS.
     pub read_only: bool,
