@@ -1135,7 +1135,8 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
         format!(
             "{{\"workspace_id\":{},\"files\":{},\"directories\":{},\"symlinks\":{},\
              \"other_nodes\":{},\"logical_bytes\":{},\"unique_bytes\":{},\"stored_bytes\":{},\
-             \"blocks\":{},\"dedup_ratio\":{},\"database_bytes\":{},\"revision\":{}}}\n",
+             \"blocks\":{},\"dedup_ratio\":{},\"compression_ratio\":{},\"database_bytes\":{},\
+             \"revision\":{}}}\n",
             json_string(ws.id()),
             s.files,
             s.directories,
@@ -1146,6 +1147,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             s.stored_bytes,
             s.blocks,
             json_f64(s.dedup_ratio()),
+            json_f64(s.compression_ratio()),
             s.database_bytes,
             s.revision.0,
         )
@@ -1161,6 +1163,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             ("stored bytes", bytes(s.stored_bytes)),
             ("blocks", s.blocks.to_string()),
             ("dedup ratio", format!("{:.2}", s.dedup_ratio())),
+            ("compression", format!("{:.2}", s.compression_ratio())),
             ("database bytes", bytes(s.database_bytes)),
             ("revision", s.revision.0.to_string()),
         ];

@@ -20,9 +20,17 @@ mod remote;
 mod replica;
 mod serve;
 
+/// `--version`: the release and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("COMPUTERD_COMMIT"),
+    ")"
+);
+
 /// Mount and manage `computer` workspaces.
 #[derive(Parser, Debug)]
-#[command(name = "computerd", version, about)]
+#[command(name = "computerd", version = VERSION, about)]
 struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing filter expression).
     #[arg(
@@ -99,8 +107,12 @@ fn main() -> ExitCode {
 fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colours only for a person at a terminal who has not asked for none.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }

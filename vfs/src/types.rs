@@ -217,13 +217,23 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// logical bytes / stored bytes: how much dedup and compression save together.
+    /// logical bytes / unique bytes: how much storing each block once saves.
     pub fn dedup_ratio(&self) -> f64 {
-        if self.stored_bytes == 0 {
-            return 1.0;
-        }
-        self.logical_bytes as f64 / self.stored_bytes as f64
+        ratio(self.logical_bytes, self.unique_bytes)
     }
+
+    /// unique bytes / stored bytes: how much compressing the blocks saves.
+    pub fn compression_ratio(&self) -> f64 {
+        ratio(self.unique_bytes, self.stored_bytes)
+    }
+}
+
+/// `whole / part`, and 1 for an empty workspace.
+fn ratio(whole: u64, part: u64) -> f64 {
+    if part == 0 {
+        return 1.0;
+    }
+    whole as f64 / part as f64
 }
 
 /// Limits of a workspace. Past one, mutations fail with ENOSPC and change nothing.
