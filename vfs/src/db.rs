@@ -552,10 +552,20 @@ fn configure_library() {
 /// short write reported as SQLITE_FULL (seen with 1 and 4 MiB).
 const STATEMENT_JOURNAL_SPILL_BYTES: std::ffi::c_int = 120 << 10;
 
+/// SQLite's log message without the statement it quotes (`statement aborts at 5: [SQL]
+/// reason` becomes `reason`).
+fn without_statement(message: &str) -> &str {
+    match (message.find("statement aborts at"), message.rfind("] ")) {
+        (Some(0), Some(end)) => &message[end + 2..],
+        _ => message,
+    }
+}
+
 type SqliteLogFn = extern "C" fn(*mut std::ffi::c_void, std::ffi::c_int, *const std::ffi::c_char);
 
 /// SQLite's own log, into ours: the detail behind an I/O error, a full disk or a
-/// corruption, in SQLite's words, as warnings; the rest at debug level.
+/// corruption, in SQLite's words, as warnings (the statement it was running only at
+/// debug level: a user acts on the error, not on our SQL); the rest at debug level.
 extern "C" fn sqlite_log(
     _: *mut std::ffi::c_void,
     code: std::ffi::c_int,
@@ -571,7 +581,10 @@ extern "C" fn sqlite_log(
         | ffi::SQLITE_CANTOPEN
         | ffi::SQLITE_NOMEM
         | ffi::SQLITE_NOTADB
-        | ffi::SQLITE_READONLY => tracing::warn!("sqlite ({code}): {message}"),
+        | ffi::SQLITE_READONLY => {
+            tracing::debug!("sqlite ({code}): {message}");
+            tracing::warn!("sqlite ({code}): {}", without_statement(&message));
+        }
         ffi::SQLITE_NOTICE => tracing::info!("sqlite ({code}): {message}"),
         // Constraints that mean EEXIST, undos after SQLite already rolled back, a busy
         // checkpoint, planner hints.
@@ -1326,5 +1339,22 @@ fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
             let _ = conn.execute_batch("ROLLBACK");
             Err(err)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_log_lines_lose_the_statement() {
+        assert_eq!(
+            without_statement("statement aborts at 5: [PRAGMA journal_mode = WAL] disk I/O error"),
+            "disk I/O error"
+        );
+        assert_eq!(
+            without_statement("os_unix.c:1234: (2) open(/x) - "),
+            "os_unix.c:1234: (2) open(/x) - "
+        );
     }
 }
