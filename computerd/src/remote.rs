@@ -121,7 +121,11 @@ fn run_at(
         upstream.fs(&args, &stdin).await
     })
     .context("starting the client's event loop")?
-    .map_err(|err| anyhow!("{address}: {err}"))?;
+    .map_err(|err| match err {
+        // It names the address already.
+        computer_sync::Error::Disconnected { .. } => anyhow!("{err}"),
+        _ => anyhow!("{address}: {err}"),
+    })?;
     // A reader that went away (`| head`) is not an error of ours.
     let mut stdout = std::io::stdout().lock();
     let _ = stdout

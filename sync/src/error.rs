@@ -35,9 +35,15 @@ pub enum Error {
     /// lost and recreated): its cursors are void and nothing it holds is synced.
     #[error("replica {replica_id} was replaced under peer {peer:?}: register again")]
     Replaced { peer: String, replica_id: String },
-    /// The connection failed or the peer did not answer. Retrying may help.
-    #[error("connection to {peer} lost: {reason}")]
-    Disconnected { peer: String, reason: String },
+    /// The connection could not be made, failed, or the peer did not answer. Retrying
+    /// may help.
+    #[error("{peer}: {}{reason}", connection_phase(*.connected))]
+    Disconnected {
+        peer: String,
+        reason: String,
+        /// Whether the connection had been made (else it was never opened).
+        connected: bool,
+    },
     /// The other side failed to do what was asked and said why.
     #[error("the server failed: {0}")]
     Remote(String),
@@ -55,6 +61,16 @@ impl Error {
         Error::Disconnected {
             peer: peer.into(),
             reason: reason.to_string(),
+            connected: true,
+        }
+    }
+
+    /// The connection to `peer` could not be opened.
+    pub fn unreachable(peer: impl Into<String>, reason: impl std::fmt::Display) -> Error {
+        Error::Disconnected {
+            peer: peer.into(),
+            reason: reason.to_string(),
+            connected: false,
         }
     }
 
@@ -90,5 +106,14 @@ impl Error {
             Error::Remote(_) => libc::EIO,
             Error::Store(e) => e.errno(),
         }
+    }
+}
+
+/// How a [`Error::Disconnected`] begins: what failed.
+fn connection_phase(connected: bool) -> &'static str {
+    if connected {
+        "connection lost: "
+    } else {
+        "cannot connect: "
     }
 }

@@ -97,7 +97,7 @@ async fn open_session(
     let peer = address.to_string();
     let (reader, writer) = open_stream(address)
         .await
-        .map_err(|error| Error::disconnected(&peer, error))?;
+        .map_err(|error| Error::unreachable(&peer, plain_io(&error)))?;
     let network = VatNetwork::new(reader, writer, Side::Client, wire::reader_options());
     let mut rpc = RpcSystem::new(Box::new(network), None);
     let gate: gate::Client = rpc.bootstrap(Side::Server);
@@ -127,7 +127,10 @@ async fn open_session(
         wire::write_token(token, |token| params.set_token(token))?;
         wire::write_client_info(&link.client, params.init_client())?;
     }
-    let response = link.answer(hello.send().promise).await?;
+    let response = match link.answer(hello.send().promise).await {
+        Ok(response) => response,
+        Err(error) => return Err(not_our_protocol(error)),
+    };
     let results = response.get()?;
     let info = wire::read_server_info(results.get_server()?)?;
     if info.version != PROTOCOL_VERSION {
@@ -143,6 +146,36 @@ async fn open_session(
         revision: info.revision,
     };
     Ok((upstream, info))
+}
+
+/// An I/O error in lower case, without Rust's `(os error N)` tail.
+fn plain_io(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// A hello whose answer could not even be framed came from a server of another kind (an
+/// HTTP server answers with text): that is final, and says so.
+fn not_our_protocol(error: Error) -> Error {
+    let framing = |reason: &str| {
+        ["segment", "too large", "prematurely"]
+            .iter()
+            .any(|sign| reason.contains(sign))
+    };
+    match &error {
+        Error::Disconnected { reason, .. } if framing(reason) => Error::Refused(
+            "its answer is not in the computerd protocol (is it another kind of server?)".into(),
+        ),
+        _ => error,
+    }
 }
 
 /// One connection: its task, and why it ended once it has.

@@ -324,3 +324,44 @@ fn a_block_whose_bytes_do_not_match_its_hash_is_refused() {
     .unwrap();
     assert!(server.workspace.fs().stat("/f").is_err());
 }
+
+#[test]
+fn a_server_of_another_kind_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("http.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    // An HTTP server: it reads a request, answers it with text, and waits for the
+    // client to hang up.
+    let http = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 64];
+        let _ = std::io::Read::read(&mut stream, &mut request);
+        let _ = stream.write_all(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        let _ = std::io::Read::read_to_end(&mut stream, &mut Vec::new());
+    });
+    let error = run_local(async { connect(&Address::Unix(path), TOKEN, plain()).await })
+        .unwrap()
+        .err()
+        .expect("an HTTP server let the client in");
+    http.join().unwrap();
+    let Error::Refused(why) = &error else {
+        panic!("not a refusal: {error}");
+    };
+    assert!(why.contains("not in the computerd protocol"), "{why}");
+    assert!(!error.is_transient());
+}
+
+#[test]
+fn an_address_nobody_listens_on_cannot_be_connected_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let address = Address::Unix(dir.path().join("nobody.sock"));
+    let error = run_local(async { connect(&address, TOKEN, plain()).await })
+        .unwrap()
+        .err()
+        .expect("connected to nobody");
+    assert_eq!(
+        error.to_string(),
+        format!("{address}: cannot connect: no such file or directory")
+    );
+    assert!(error.is_transient());
+}
