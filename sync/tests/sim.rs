@@ -334,3 +334,17 @@ fn seed_386_a_late_push_does_not_swap_a_directory_state() {
 fn seed_904724_a_push_sent_again_is_not_applied_twice() {
     replay(904724);
 }
+
+/// A replica removed a tree, a pull made its directory again, and a rename replaced it:
+/// neither removal was listed, and the server kept what the replica had removed.
+#[test]
+fn seed_2022778_a_tree_removed_then_replaced_by_a_rename_is_removed_everywhere() {
+    replay(2022778);
+}
+
+/// A conflict copy the replica had removed with its tree stayed on the server; fixed
+/// by the same change as seed 2022778.
+#[test]
+fn seed_2019517_a_removed_conflict_copy_stays_removed() {
+    replay(2019517);
+}

@@ -10,8 +10,8 @@
 //!   above moved later;
 //! - entries made at `r`, and for a directory entry its whole subtree, except what
 //!   changed later (that comes at its own revision);
-//! - paths removed at `r`, unless removed again later or filled again in the same
-//!   mutation (the new state says it all).
+//! - paths removed at `r`, unless removed again later by a removal that is listed, or
+//!   filled again in the same mutation (the new state says it all).
 //!
 //! and walks the revisions upward from the cursor (three index lookups each) until the
 //! page is full. So a page costs what it holds plus the revisions it crosses, not the
@@ -161,7 +161,7 @@ impl<'c> LogWalk<'c> {
             .collect();
         let mut removals = Vec::new();
         for path in removed {
-            if self.removed_later(&path, r)? {
+            if self.removal_listed_later(&path, r)? {
                 continue;
             }
             // Filled again in the same mutation (a rename over it, a batch replacing a
@@ -236,12 +236,30 @@ impl<'c> LogWalk<'c> {
         Ok(())
     }
 
-    /// Whether `path` was removed again after `r`.
-    fn removed_later(&self, path: &[u8], r: Revision) -> Result<bool> {
-        self.conn
-            .prepare_cached("SELECT 1 FROM tombstones WHERE path = ?1 AND revision > ?2")
-            .and_then(|mut s| s.exists(params![path, r.0 as i64]))
-            .ctx("reading tombstones")
+    /// Whether a later removal of `path` than the one at `r` is listed, and so removes
+    /// all this one did. The latest is, unless the path was filled again in that same
+    /// mutation (a rename over an empty directory); then the one before it stands in for
+    /// it. (Skipped for both, a tree removed, filled again from a peer, then replaced
+    /// by a rename would never be removed: the receiver's directory merges with the new
+    /// one and keeps what the remover had seen.)
+    fn removal_listed_later(&self, path: &[u8], r: Revision) -> Result<bool> {
+        let later: Vec<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT DISTINCT revision FROM tombstones WHERE path = ?1 AND revision > ?2
+                 ORDER BY revision DESC LIMIT 2",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![path, r.0 as i64], |row| row.get(0))?
+                    .collect()
+            })
+            .ctx("reading tombstones")?;
+        let Some(&latest) = later.first() else {
+            return Ok(false);
+        };
+        let filled_by_latest =
+            binding(self.conn, path)?.is_some_and(|bound| bound.0 <= latest as u64);
+        Ok(!filled_by_latest || later.len() > 1)
     }
 
     /// The path of directory `dir` and the latest entry revision on the way to it;

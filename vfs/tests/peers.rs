@@ -620,6 +620,47 @@ fn a_push_sent_again_does_not_bring_back_what_the_server_changed_since() {
     assert_eq!(states(&server), states(&replica));
 }
 
+#[test]
+fn a_tree_removed_then_replaced_by_a_rename_is_removed_everywhere() {
+    // Sync simulation seed 2022778: the replica removed /a; a pull made /a again (the
+    // server had changed it, and directories come with their state); then the replica
+    // renamed /b over the empty /a. The log listed neither removal (the first was
+    // "removed again later", the second "filled again in the same mutation"), so the
+    // server merged the new /a into its old one and kept what the replica had removed.
+    let (_dir, server, replica) = setup();
+    server.fs().mkdir("/a", MkdirOptions::default()).unwrap();
+    server
+        .fs()
+        .write_file("/a/f", "seen, then removed\n")
+        .unwrap();
+    server
+        .fs()
+        .write_file("/a/g", "removed by the server\n")
+        .unwrap();
+    round(&server, &replica, "r1", "replica-1");
+    replica
+        .fs()
+        .rm(
+            "/a",
+            RmOptions {
+                recursive: true,
+                force: false,
+            },
+        )
+        .unwrap();
+    server.fs().rm("/a/g", RmOptions::default()).unwrap();
+    pull(&server, &replica, "r1", "replica-1");
+    assert!(replica.fs().stat("/a").unwrap().is_dir());
+    replica.fs().mkdir("/b", MkdirOptions::default()).unwrap();
+    replica.fs().write_file("/b/x", "moved in\n").unwrap();
+    replica.fs().rename("/b", "/a").unwrap();
+    round(&server, &replica, "r1", "replica-1");
+    round(&server, &replica, "r1", "replica-1");
+    assert!(server.fs().stat("/a/f").is_err(), "{:?}", listing(&server));
+    assert_eq!(server.fs().read_file("/a/x").unwrap(), b"moved in\n");
+    assert_eq!(states(&server), states(&replica));
+}
+
 /// Whether some file of `ws` holds `content`.
 fn holds_somewhere(ws: &Workspace, content: &[u8]) -> bool {
     listing(ws).iter().any(|(_, c)| c == content)
