@@ -439,6 +439,17 @@ mod tests {
         })
     }
 
+    /// A database path in a new directory, and the lock on it, taken by a mount.
+    fn locked() -> (tempfile::TempDir, PathBuf, OwnerLock) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ws.db");
+        let lock = OwnerLock::try_acquire(&db, mount_holder())
+            .unwrap()
+            .ok()
+            .expect("a free database's lock");
+        (dir, db, lock)
+    }
+
     #[test]
     fn holders_read_back_as_written() {
         let mut holder = mount_holder();
@@ -461,12 +472,7 @@ mod tests {
 
     #[test]
     fn one_lock_at_a_time_and_the_file_goes_with_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("ws.db");
-        let lock = OwnerLock::try_acquire(&db, mount_holder())
-            .unwrap()
-            .ok()
-            .unwrap();
+        let (_dir, db, lock) = locked();
         // flock locks belong to open files: a second open in this process conflicts
         // just as another process's would.
         match OwnerLock::try_acquire(&db, mount_holder()).unwrap() {
@@ -507,12 +513,7 @@ mod tests {
 
     #[test]
     fn a_finishing_owner_is_waited_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("ws.db");
-        let mut lock = OwnerLock::try_acquire(&db, mount_holder())
-            .unwrap()
-            .ok()
-            .unwrap();
+        let (_dir, db, mut lock) = locked();
         lock.finishing();
         let release = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
@@ -525,12 +526,7 @@ mod tests {
 
     #[test]
     fn a_serving_owner_refuses_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("ws.db");
-        let _lock = OwnerLock::try_acquire(&db, mount_holder())
-            .unwrap()
-            .ok()
-            .unwrap();
+        let (_dir, db, _lock) = locked();
         match OwnerLock::acquire(&db, mount_holder(), false, Holder::will_leave).unwrap() {
             Err(holder) => {
                 let message = held_error(&db, &holder).to_string();
