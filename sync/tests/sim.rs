@@ -348,3 +348,11 @@ fn seed_2022778_a_tree_removed_then_replaced_by_a_rename_is_removed_everywhere()
 fn seed_2019517_a_removed_conflict_copy_stays_removed() {
     replay(2019517);
 }
+
+/// A push of a directory's state held up in the network landed after the server had
+/// removed that directory and the replica had taken the removal: the server made it
+/// again, as received from the replica, so never sent back to it.
+#[test]
+fn seed_2018714_a_late_push_does_not_bring_back_a_removed_directory() {
+    replay(2018714);
+}

@@ -343,6 +343,12 @@ enum Meeting {
     /// The entry removes an unseen file or symlink of ours: refused (and it is stamped
     /// as ours again, so it goes back to the remover).
     KeepOurs,
+    /// A directory's state for a path we removed (it or a directory above) without the
+    /// peer having seen the removal. On the authoritative side, by itself it would bring
+    /// the directory back as received, never to be sent back, while the peer takes our
+    /// removal: it lands only with news below it from the same batch (which makes the
+    /// directory again anyway).
+    RemovedHere,
 }
 
 fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<Meeting> {
@@ -351,6 +357,11 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
         // version of ours that the peer never saw stands where it needs a directory.
         if entry.state == EntryState::Removed {
             return Ok(Meeting::Same);
+        }
+        if matches!(entry.state, EntryState::Directory { .. })
+            && removed_unseen(conn, &entry.path, view)?
+        {
+            return Ok(Meeting::RemovedHere);
         }
         if let Some((at, blocker)) = find_blocker(conn, &entry.path, view)? {
             let unseen = blocker.bound_unseen
@@ -405,6 +416,28 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
         (true, EntryState::Removed) => Meeting::KeepOurs,
         (true, _) => Meeting::Clash,
     })
+}
+
+/// Whether our latest removal of `path` or of a directory above it is unseen by the
+/// peer, and nothing was made at that path since.
+fn removed_unseen(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<bool> {
+    let mut prefix = Vec::with_capacity(path.len());
+    for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
+        prefix.push(b'/');
+        prefix.extend_from_slice(part);
+        let removed: Option<i64> = conn
+            .prepare_cached("SELECT MAX(revision) FROM tombstones WHERE path = ?1")
+            .and_then(|mut s| s.query_row([&prefix], |r| r.get(0)))
+            .ctx("reading tombstones")?;
+        let Some(removed) = removed.map(|r| Revision(r as u64)) else {
+            continue;
+        };
+        let made_since = crate::log::binding(conn, &prefix)?.is_some_and(|bound| bound > removed);
+        if !made_since && view.unseen(conn, removed, &prefix)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A removal cut down to what the peer had seen.
@@ -1039,6 +1072,15 @@ fn plan(
                             state: EntryState::Removed,
                             base: entry.base.clone(),
                         }));
+                }
+                Meeting::RemovedHere => {
+                    // The authoritative side's state wins on a replica: it makes the
+                    // directory again, and the replica's removal, listed before what
+                    // made it again, goes up with its next push.
+                    let news_below = plan.batch.iter().any(|e| is_within(&e.path, &entry.path));
+                    if authority == Authority::Theirs || news_below {
+                        plan.batch.push(entry.clone());
+                    }
                 }
                 Meeting::BothDirectories => {
                     if authority == Authority::Theirs {

@@ -661,6 +661,58 @@ fn a_tree_removed_then_replaced_by_a_rename_is_removed_everywhere() {
     assert_eq!(states(&server), states(&replica));
 }
 
+#[test]
+fn a_late_push_of_a_directory_the_server_removed_does_not_bring_it_back() {
+    // Sync simulation seed 2018714: the replica pushed /d/f and /d in two batches, the
+    // second held up in the network; the replica took the server's state of /d, the
+    // server removed /d, and the replica took the removal; then the late batch landed
+    // and the server made /d again from it, as received from the replica, so never sent
+    // back to it.
+    let (_dir, server, replica) = setup();
+    replica.fs().mkdir("/d", MkdirOptions::default()).unwrap();
+    replica.fs().write_file("/d/f", "pushed\n").unwrap();
+    let mut late = None;
+    loop {
+        let from = server.peer("r1").unwrap().unwrap().applied;
+        let page = replica.changes_for("upstream", &from, 1, u64::MAX).unwrap();
+        if page.entries.iter().any(|e| e.path == b"/d") {
+            late = Some(page);
+            break;
+        }
+        let blocks = missing_blocks(&replica, &server, &page.entries);
+        server
+            .apply_push("r1", "replica-1", &page.entries, &blocks, &page.next)
+            .unwrap();
+        if page.complete {
+            break;
+        }
+    }
+    let late = late.expect("a page holding /d alone");
+    assert_eq!(server.fs().read_file("/d/f").unwrap(), b"pushed\n");
+    // The replica takes the server's newer state of /d (directories merge), so it has
+    // nothing of /d left to push.
+    server.fs().chmod("/d", 0o700).unwrap();
+    pull(&server, &replica, "r1", "replica-1");
+    assert_eq!(replica.fs().stat("/d").unwrap().perm, 0o700);
+    server
+        .fs()
+        .rm(
+            "/d",
+            RmOptions {
+                recursive: true,
+                force: false,
+            },
+        )
+        .unwrap();
+    pull(&server, &replica, "r1", "replica-1");
+    server
+        .apply_push("r1", "replica-1", &late.entries, &[], &late.next)
+        .unwrap();
+    round(&server, &replica, "r1", "replica-1");
+    round(&server, &replica, "r1", "replica-1");
+    assert_eq!(states(&server), states(&replica));
+}
+
 /// Whether some file of `ws` holds `content`.
 fn holds_somewhere(ws: &Workspace, content: &[u8]) -> bool {
     listing(ws).iter().any(|(_, c)| c == content)
