@@ -16,11 +16,11 @@ use crate::workspace::Workspace;
 /// A candidate in page order: (revision, order key, path, node).
 type Ordered = (Revision, Vec<u8>, Vec<u8>, Option<InodeNo>);
 
-/// What changed from a revision on: live paths, and removed paths with the revision
-/// of their last removal.
+/// What changed from a revision on: live paths, and removed paths with the revisions
+/// of their last removal and of the one before it.
 struct Candidates {
     live: BTreeMap<Vec<u8>, Candidate>,
-    removed: BTreeMap<Vec<u8>, Revision>,
+    removed: BTreeMap<Vec<u8>, (Revision, Option<Revision>)>,
 }
 
 /// A path's candidate entry while a page is assembled.
@@ -63,14 +63,18 @@ pub(crate) fn changes_after_full_scan(
         // path's binding is of that revision, even once the path changes again and
         // its entry moves later. (Listed, the removal would come after what the
         // mutation put below the path, which sorts first, and take it away.)
+        // Then the removal before it stands in for it: the tree it removed may have been
+        // filled again from elsewhere before the mutation replaced it.
         let mut removals: Vec<Ordered> = Vec::new();
-        for (path, rev) in removed {
+        for (path, (rev, previous)) in removed {
             let listed = match live.get(&path) {
                 None => true,
                 Some(c) => c.revision > rev && crate::log::binding(conn, &path)? != Some(rev),
             };
-            if listed {
-                removals.push((rev, order_key(&path), path, None));
+            match (listed, previous) {
+                (true, _) => removals.push((rev, order_key(&path), path, None)),
+                (false, Some(previous)) => removals.push((previous, order_key(&path), path, None)),
+                (false, None) => {}
             }
         }
         let mut ordered: Vec<Ordered> = live
@@ -150,11 +154,16 @@ fn collect_candidates(conn: &Connection, from: Revision) -> Result<Candidates> {
             ))
         })
         .ctx("reading tombstones")?;
-    let mut removed: BTreeMap<Vec<u8>, Revision> = BTreeMap::new();
+    let mut removed: BTreeMap<Vec<u8>, (Revision, Option<Revision>)> = BTreeMap::new();
     for row in rows {
         let (revision, path) = row.ctx("reading tombstones")?;
-        let latest = removed.entry(path).or_default();
-        *latest = (*latest).max(revision);
+        let (latest, previous) = removed.entry(path).or_insert((revision, None));
+        if revision > *latest {
+            *previous = Some(*latest);
+            *latest = revision;
+        } else if revision < *latest && previous.is_none_or(|p| revision > p) {
+            *previous = Some(revision);
+        }
     }
     // Changed nodes, at each of their paths; a directory bound after the cursor brings
     // its subtree along.
