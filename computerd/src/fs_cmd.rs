@@ -374,10 +374,11 @@ fn check_db_path(db: &Path, writes: bool) -> anyhow::Result<()> {
 
 /// Opens an existing workspace (never makes one: a mistyped path must not become an
 /// empty workspace that takes the writes meant for another).
-fn open(db: &Path, writes: bool) -> anyhow::Result<Fs> {
+fn open(db: &Path, writes: bool, holding: bool) -> anyhow::Result<Fs> {
     let options = Options {
         create: false,
         read_only: !writes,
+        no_other_writer: holding,
         ..Options::default()
     };
     let ws = Workspace::open(db, options).map_err(vfs_err)?;
@@ -436,7 +437,12 @@ pub fn run(args: FsArgs) -> anyhow::Result<ExitCode> {
         Ok(Runner::Owner(_)) => unreachable!("sent to the owner above"),
         Err(err) => return run_on(Err(err), args.command, &mut stdio, true),
     };
-    let result = run_on(open(db, writes), args.command, &mut stdio, true);
+    let result = run_on(
+        open(db, writes, lock.is_some()),
+        args.command,
+        &mut stdio,
+        true,
+    );
     // Held until the command is done with the database (its handle closed above).
     drop(lock);
     result

@@ -231,6 +231,8 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         // Only where nothing is: an existing file that is not a workspace is an error.
         create: !args.read_only && db.symlink_metadata().is_err(),
         read_only: args.read_only,
+        // The owner lock keeps every other computerd from writing it.
+        no_other_writer: owner.is_some(),
         staging_dir: (!args.read_only).then(|| staging_dir(&db)),
         commit_delay: (args.commit_delay_ms > 0)
             .then(|| Duration::from_millis(args.commit_delay_ms)),

@@ -282,6 +282,12 @@ impl OwnerLock {
             let other = match OwnerLock::try_acquire(db, holder.clone())? {
                 Ok(lock) => return Ok(Ok(Some(lock))),
                 Err(Busy::Unlockable(_)) if read_only => return Ok(Ok(None)),
+                Err(Busy::Unlockable(err)) if err.raw_os_error() == Some(libc::EROFS) => {
+                    bail!(
+                        "{}: on read-only storage: it can be read, not changed",
+                        db.display()
+                    )
+                }
                 Err(Busy::Unlockable(err)) => {
                     return Err(err).with_context(|| {
                         format!(

@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
+
 use common::{manifest, sh, Mount};
 
 #[test]
@@ -113,4 +115,172 @@ print("ok")
         common::describe_failure("computerd mount missing.db --read-only", None, &out)
     );
     assert!(!missing.exists(), "a read-only mount created the database");
+}
+
+/// A tmpfs mounted for a test, unmounted (lazily if something still holds it) when
+/// dropped, so a failing test leaves no mount behind.
+struct Media {
+    path: PathBuf,
+}
+
+impl Media {
+    fn new(path: PathBuf) -> Media {
+        std::fs::create_dir(&path).unwrap();
+        sh(
+            Path::new("/"),
+            &format!("mount -t tmpfs -o size=64m tmpfs '{}'", path.display()),
+        );
+        Media { path }
+    }
+
+    fn read_only(&self) {
+        self.remount("ro");
+    }
+
+    fn writable(&self) {
+        self.remount("rw");
+    }
+
+    fn remount(&self, how: &str) {
+        let path = self.path.display();
+        sh(Path::new("/"), &format!("mount -o remount,{how} '{path}'"));
+    }
+}
+
+impl Drop for Media {
+    fn drop(&mut self) {
+        let path = self.path.display();
+        let _ = common::try_sh(
+            Path::new("/"),
+            &format!(
+                "for i in $(seq 50); do umount '{path}' 2>/dev/null && exit 0; sleep 0.1; done; \
+                 umount -l '{path}'"
+            ),
+        );
+    }
+}
+
+/// Names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_database_on_read_only_media_serves_reads_and_a_read_only_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let media = Media::new(dir.path().join("media"));
+    let db = media.path.join("ws.db");
+    let run = |args: &[&str], stdin: &str| -> std::process::Output {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_computerd"));
+        cmd.arg("fs").arg(&db).args(args);
+        common::run_with_stdin(&mut cmd, stdin.as_bytes())
+    };
+    let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    let init = common::computerd([std::ffi::OsStr::new("init"), db.as_os_str()]);
+    assert!(
+        init.status.success(),
+        "{}",
+        common::describe_failure("init", None, &init)
+    );
+    assert!(run(&["mkdir", "/d"], "").status.success());
+    assert!(run(&["write", "/d/hello.txt"], "hello\n").status.success());
+    // Reads of a database nobody else holds create nothing beside it, even where they
+    // could (no -wal, -shm or owner file left).
+    for args in [
+        &["ls", "-l", "/d"][..],
+        &["cat", "/d/hello.txt"],
+        &["check"],
+    ] {
+        let out = run(args, "");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            common::describe_failure("fs", None, &out)
+        );
+        assert_eq!(names(&media.path), ["ws.db"], "after {args:?}");
+    }
+
+    media.read_only();
+    assert_eq!(text(&run(&["cat", "/d/hello.txt"], "")), "hello\n");
+    let ls = run(&["ls", "/d"], "");
+    assert_eq!(
+        text(&ls),
+        "hello.txt\n",
+        "{}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
+    let check = run(&["check"], "");
+    assert!(
+        check.status.success(),
+        "{}",
+        common::describe_failure("check", None, &check)
+    );
+    assert!(String::from_utf8_lossy(&check.stdout).contains("no problems"));
+    // A change is refused with one line that says why.
+    let write = run(&["write", "/new"], "x");
+    let stderr = String::from_utf8_lossy(&write.stderr).into_owned();
+    assert_eq!(write.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("read-only"), "{stderr}");
+
+    // A read-only mount of it reads everything.
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mount = common::computerd([
+        std::ffi::OsStr::new("mount"),
+        db.as_os_str(),
+        mnt.as_os_str(),
+        std::ffi::OsStr::new("--daemon"),
+        std::ffi::OsStr::new("--read-only"),
+    ]);
+    let mounted = common::is_mounted(&mnt);
+    let cat = mounted.then(|| common::try_sh(&mnt, "cat d/hello.txt"));
+    if mounted {
+        sh(dir.path(), "umount mnt");
+    }
+    assert!(
+        mounted,
+        "{}",
+        common::describe_failure("mount --read-only", None, &mount)
+    );
+    let cat = cat.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&cat.stdout),
+        "hello\n",
+        "{}",
+        common::describe_failure("cat", None, &cat)
+    );
+    assert_eq!(names(&media.path), ["ws.db"]);
+
+    // A log left by a writer that died is read where its index (-shm) is still there,
+    // and refused with a reason where it is not (read-only media cannot make one).
+    media.writable();
+    common::py(
+        &media.path,
+        "import os, sqlite3\n\
+         c = sqlite3.connect('ws.db', isolation_level=None)\n\
+         c.execute('PRAGMA wal_autocheckpoint = 0')\n\
+         c.execute('CREATE TABLE scratch(x)')\n\
+         os._exit(0)\n",
+    );
+    assert_eq!(names(&media.path), ["ws.db", "ws.db-shm", "ws.db-wal"]);
+    media.read_only();
+    assert_eq!(text(&run(&["cat", "/d/hello.txt"], "")), "hello\n");
+    media.writable();
+    std::fs::remove_file(media.path.join("ws.db-shm")).unwrap();
+    media.read_only();
+    let cat = run(&["cat", "/d/hello.txt"], "");
+    assert_eq!(
+        String::from_utf8_lossy(&cat.stderr),
+        format!(
+            "computerd: {}: its write-ahead log holds changes this read-only storage cannot \
+             read: open it once where it can be written\n",
+            db.display()
+        )
+    );
 }

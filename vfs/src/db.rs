@@ -154,6 +154,85 @@ pub struct DbOptions {
     /// Bytes of the database's disk held for commits (see `disk_room.rs`); 0: none.
     /// Used only with `commit_delay`.
     pub disk_reserve_bytes: u64,
+    /// No other process writes the database while it is open here (the caller holds
+    /// its owner lock); see [`ReadMode`].
+    pub no_other_writer: bool,
+}
+
+/// How the connections of a read-only database read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadMode {
+    /// Beside a possible writer, through the write-ahead log and its shared-memory
+    /// index, which SQLite creates beside the database (`-wal`, `-shm`) if missing.
+    Shared,
+    /// As a file nobody changes (SQLite's `immutable`): no locks, no log, nothing
+    /// created beside it. Chosen when the log holds nothing and nobody can write the
+    /// database meanwhile: the caller holds its owner lock, or its directory cannot be
+    /// written (read-only media, where no writer could make a log either).
+    Immutable,
+}
+
+impl ReadMode {
+    fn of(path: &Path, no_other_writer: bool) -> Result<ReadMode> {
+        let wal_bytes = match std::fs::metadata(wal_path(path)) {
+            Ok(meta) => meta.len(),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(err) => return Err(Error::io(wal_path(path).display().to_string(), err)),
+        };
+        let writable = dir_is_writable(path);
+        if wal_bytes > 0 && !writable && !sibling(path, "-shm").exists() {
+            // SQLite needs the log's index to read the log, and cannot make one here.
+            return Err(Error::UnreadableLog(ErrorPath::none()));
+        }
+        Ok(if wal_bytes == 0 && (no_other_writer || !writable) {
+            ReadMode::Immutable
+        } else {
+            ReadMode::Shared
+        })
+    }
+
+    /// Opens a read-only connection to `path` in this mode.
+    fn connect(self, path: &Path) -> rusqlite::Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        match self {
+            ReadMode::Shared => Connection::open_with_flags(path, flags),
+            ReadMode::Immutable => Connection::open_with_flags(
+                format!("file:{}?immutable=1", uri_escaped(path)),
+                flags | OpenFlags::SQLITE_OPEN_URI,
+            ),
+        }
+    }
+}
+
+/// Whether files can be created in the directory holding `path` (false on read-only
+/// media, and in a directory this user may not write).
+fn dir_is_writable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `dir` is a NUL-terminated path that outlives the call.
+    unsafe { libc::access(dir.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// `path` as the path of a `file:` URI: every byte but unreserved ones and `/`
+/// percent-encoded (a `?` or `#` in a name would otherwise end the path).
+fn uri_escaped(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &byte in path.as_os_str().as_bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
 }
 
 /// Checkpoint the WAL into the database file once it holds this much.
@@ -177,6 +256,8 @@ pub(crate) struct Db {
     commit_delay: Option<Duration>,
     path: Option<PathBuf>,
     read_only: bool,
+    /// How reader connections open (and the writer, when `read_only`).
+    read_mode: ReadMode,
     reader_pool_max: usize,
     commits: AtomicU64,
     /// Asks for deleted files' space to be given back; true if some is on its way
@@ -557,7 +638,8 @@ const STATEMENT_JOURNAL_SPILL_BYTES: std::ffi::c_int = 120 << 10;
 fn without_statement(message: &str) -> &str {
     match (message.find("statement aborts at"), message.rfind("] ")) {
         (Some(0), Some(end)) => &message[end + 2..],
-        _ => message,
+        // `reason in "SQL"`, from a statement that failed to prepare.
+        _ => message.split(" in \"").next().unwrap_or(message),
     }
 }
 
@@ -635,15 +717,20 @@ impl Db {
         if exists && !options.create && !is_sqlite_file(path)? {
             return Err(Error::NotWorkspace(ErrorPath::none()));
         }
-        let flags = if options.read_only {
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        } else {
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        let read_mode = match options.read_only {
+            true => ReadMode::of(path, options.no_other_writer)?,
+            false => ReadMode::Shared,
         };
         configure_library();
-        let writer = Connection::open_with_flags(path, flags).ctx("opening the database")?;
+        let writer = if options.read_only {
+            read_mode.connect(path)
+        } else {
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            Connection::open_with_flags(path, flags)
+        }
+        .ctx("opening the database")?;
         configure(&writer, options.read_only)?;
         let info = init_or_check(&writer, options)?;
         let checkpointer = if options.read_only {
@@ -673,6 +760,7 @@ impl Db {
             writer,
             path: Some(path.to_path_buf()),
             read_only: options.read_only,
+            read_mode,
             reader_pool_max: options.reader_pool_max.max(1),
             commits: AtomicU64::new(0),
             room_maker: OnceLock::new(),
@@ -699,6 +787,7 @@ impl Db {
             })),
             path: None,
             read_only: false,
+            read_mode: ReadMode::Shared,
             reader_pool_max: 1,
             commits: AtomicU64::new(0),
             room_maker: OnceLock::new(),
@@ -769,8 +858,7 @@ impl Db {
 
     fn new_reader(&self) -> Result<Connection> {
         let path = self.path.as_ref().expect("file databases have a path");
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).ctx("opening a reader")?;
+        let conn = self.read_mode.connect(path).ctx("opening a reader")?;
         configure(&conn, true)?;
         Ok(conn)
     }
@@ -1355,6 +1443,10 @@ mod tests {
         assert_eq!(
             without_statement("os_unix.c:1234: (2) open(/x) - "),
             "os_unix.c:1234: (2) open(/x) - "
+        );
+        assert_eq!(
+            without_statement("unable to open database file in \"PRAGMA x = 1;\n PRAGMA y\""),
+            "unable to open database file"
         );
     }
 }

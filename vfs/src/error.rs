@@ -61,6 +61,13 @@ pub enum Error {
     /// database), and the caller did not ask to make one.
     #[error("{0}not a workspace database")]
     NotWorkspace(ErrorPath),
+    /// A read-only open found changes in the database's write-ahead log that it cannot
+    /// read: the log's index (`-shm`) is missing and cannot be made (read-only media).
+    #[error(
+        "{0}its write-ahead log holds changes this read-only storage cannot read: open it \
+         once where it can be written"
+    )]
+    UnreadableLog(ErrorPath),
     #[error("{0}too many levels of symbolic links")]
     Loop(ErrorPath),
     #[error("{0}file name too long")]
@@ -133,6 +140,7 @@ impl Error {
             Error::NotEmpty(_) => libc::ENOTEMPTY,
             Error::Invalid { .. } => libc::EINVAL,
             Error::NotWorkspace(_) => libc::EINVAL,
+            Error::UnreadableLog(_) => libc::EROFS,
             Error::Loop(_) => libc::ELOOP,
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::CrossDevice(_) => libc::EXDEV,
@@ -196,7 +204,8 @@ impl Error {
             | Error::TooBig(p)
             | Error::Busy(p)
             | Error::StaleReplica(p)
-            | Error::NotWorkspace(p) => Some(p),
+            | Error::NotWorkspace(p)
+            | Error::UnreadableLog(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }
@@ -229,7 +238,8 @@ impl Error {
             | Error::TooBig(p)
             | Error::Busy(p)
             | Error::StaleReplica(p)
-            | Error::NotWorkspace(p) => Some(p),
+            | Error::NotWorkspace(p)
+            | Error::UnreadableLog(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }

@@ -44,6 +44,11 @@ pub struct Options {
     pub create: bool,
     /// Refuse every mutation with EROFS.
     pub read_only: bool,
+    /// The caller guarantees that no other process writes the database while this one
+    /// has it open (it holds the database's owner lock). A read-only open then reads a
+    /// database whose write-ahead log is empty as a file nobody changes, and creates
+    /// nothing beside it; without it that happens only where nothing can be created.
+    pub no_other_writer: bool,
     /// Chunk sizes of a new workspace (an existing one keeps its own).
     pub chunk_sizes: ChunkSizes,
     /// zstd level for new blocks.
@@ -89,6 +94,7 @@ impl Default for Options {
         Options {
             create: true,
             read_only: false,
+            no_other_writer: false,
             chunk_sizes: ChunkSizes::DEFAULT,
             zstd_level: 1,
             block_cache_bytes: 64 << 20,
@@ -430,6 +436,7 @@ impl Workspace {
             chunk_sizes: options.chunk_sizes,
             reader_pool_max: options.reader_pool_max,
             disk_reserve_bytes: options.disk_reserve_bytes,
+            no_other_writer: options.no_other_writer,
         };
         let (db, info) =
             Db::open(path, &db_options).map_err(|e| e.at(&path.display().to_string()))?;
@@ -445,6 +452,7 @@ impl Workspace {
             chunk_sizes: options.chunk_sizes,
             reader_pool_max: 1,
             disk_reserve_bytes: 0,
+            no_other_writer: false,
         };
         let (db, info) = Db::open_in_memory(&db_options)?;
         Workspace::from_db(db, info, options)
