@@ -26,7 +26,7 @@ use crate::fs_format::{
     human_bytes, json_f64, json_string, kind_name, mode_string, parse_mode, parse_size, rfc3339_ns,
     short_time,
 };
-use crate::fs_progress::{CheckBar, TransferProgress};
+use crate::fs_progress::{StepBar, TransferProgress};
 use crate::owner::{Holder, OwnerLock, Role};
 
 /// Bytes moved per step by `cat` and `write`.
@@ -168,6 +168,13 @@ pub enum FsCommand {
         #[arg(long)]
         no_progress: bool,
     },
+    /// Give the space of deleted content back to the file system now (it happens in the
+    /// background too once much of the database is free).
+    Compact {
+        /// Never show progress.
+        #[arg(long)]
+        no_progress: bool,
+    },
     /// Show the workspace's totals.
     Stats {
         /// Machine-readable output.
@@ -233,7 +240,8 @@ impl FsCommand {
             | FsCommand::Ln { .. }
             | FsCommand::Import { .. }
             | FsCommand::Chmod { .. }
-            | FsCommand::Truncate { .. } => true,
+            | FsCommand::Truncate { .. }
+            | FsCommand::Compact { .. } => true,
             FsCommand::Ls { .. }
             | FsCommand::Cat { .. }
             | FsCommand::Stat { .. }
@@ -674,6 +682,12 @@ fn dispatch(
         FsCommand::Check { no_progress } => {
             check(fs.workspace(), progress && !no_progress, stdio.stdout)
         }
+        FsCommand::Compact { no_progress } => compact(
+            fs.workspace(),
+            progress && !no_progress,
+            stdio.stdout,
+            stdio.stderr,
+        ),
         FsCommand::Stats { json } => stats(fs.workspace(), json, stdio.stdout),
         FsCommand::Chmod { mode, paths } => {
             let mode = mode_arg(&mode)?;
@@ -1093,9 +1107,43 @@ fn export(
     Ok(ExitCode::SUCCESS)
 }
 
+fn compact(
+    ws: &Workspace,
+    progress: bool,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let mut bar = StepBar::bytes("compact", progress);
+    let mut said_rewrite = false;
+    let result = ws.compact(&mut |p| {
+        if p.rewriting && !said_rewrite {
+            said_rewrite = true;
+            let _ = writeln!(
+                stderr,
+                "computerd: compact: rewriting the database once, to give space back in \
+                 steps from now on (it was made before that was possible)"
+            );
+        }
+        bar.update(p.freed_bytes, p.free_bytes_at_start);
+    });
+    bar.finish();
+    let report = result.map_err(vfs_err)?;
+    writeln!(
+        stdout,
+        "compacted: {} to {} ({} given back) in {:.2} s",
+        human_bytes(report.bytes_before),
+        human_bytes(report.bytes_after),
+        human_bytes(report.bytes_before.saturating_sub(report.bytes_after)),
+        start.elapsed().as_secs_f64()
+    )
+    .map_err(out_err)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn check(ws: &Workspace, progress: bool, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
-    let mut bar = CheckBar::new(progress);
+    let mut bar = StepBar::blocks("check", progress);
     let result = ws.check_with_progress(&mut |p| bar.update(p.blocks_done, p.blocks_total));
     bar.finish();
     let report = result.map_err(vfs_err)?;
@@ -1142,7 +1190,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             "{{\"workspace_id\":{},\"files\":{},\"directories\":{},\"symlinks\":{},\
              \"other_nodes\":{},\"logical_bytes\":{},\"unique_bytes\":{},\"stored_bytes\":{},\
              \"blocks\":{},\"dedup_ratio\":{},\"compression_ratio\":{},\"database_bytes\":{},\
-             \"revision\":{}}}\n",
+             \"free_bytes\":{},\"revision\":{}}}\n",
             json_string(ws.id()),
             s.files,
             s.directories,
@@ -1155,6 +1203,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             json_f64(s.dedup_ratio()),
             json_f64(s.compression_ratio()),
             s.database_bytes,
+            s.free_bytes,
             s.revision.0,
         )
     } else {
@@ -1171,6 +1220,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             ("dedup ratio", format!("{:.2}", s.dedup_ratio())),
             ("compression", format!("{:.2}", s.compression_ratio())),
             ("database bytes", bytes(s.database_bytes)),
+            ("free in it", bytes(s.free_bytes)),
             ("revision", s.revision.0.to_string()),
         ];
         rows.iter()

@@ -1,4 +1,4 @@
-//! Progress on stderr for long `computerd fs` commands (import, export, check).
+//! Progress on stderr for long `computerd fs` commands (import, export, check, compact).
 //!
 //! On a terminal: an indicatif bar. Elsewhere (a log, a pipe) a bar cannot be drawn, so a
 //! large transfer prints a plain progress line every few seconds instead and a small one
@@ -107,23 +107,41 @@ impl TransferProgress {
     }
 }
 
-/// Shows the progress of `check` (blocks verified), on a terminal only.
-pub struct CheckBar {
+/// Shows the progress of a step-by-step command on a terminal only: `check` (blocks
+/// verified), `compact` (bytes given back).
+pub struct StepBar {
     bar: Option<ProgressBar>,
 }
 
-impl CheckBar {
-    pub fn new(enabled: bool) -> CheckBar {
+impl StepBar {
+    /// `check`'s bar: blocks verified of all blocks.
+    pub fn blocks(verb: &str, enabled: bool) -> StepBar {
+        StepBar::new(
+            enabled,
+            &format!("{verb} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} blocks ({{eta}})"),
+        )
+    }
+
+    /// A bar of bytes done of all bytes.
+    pub fn bytes(verb: &str, enabled: bool) -> StepBar {
+        StepBar::new(
+            enabled,
+            &format!(
+                "{verb} [{{elapsed_precise}}] {{wide_bar}} {{bytes}}/{{total_bytes}} ({{eta}})"
+            ),
+        )
+    }
+
+    fn new(enabled: bool, template: &str) -> StepBar {
         let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-            let template = "check [{elapsed_precise}] {wide_bar} {pos}/{len} blocks ({eta})";
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style.progress_chars("=> "));
             }
             bar.enable_steady_tick(Duration::from_millis(200));
             bar
         });
-        CheckBar { bar }
+        StepBar { bar }
     }
 
     pub fn update(&mut self, done: u64, total: u64) {

@@ -519,3 +519,31 @@ fn only_init_makes_a_workspace() {
     assert_eq!(again.code, 1);
     assert_eq!(fs::read(&empty).unwrap(), b"");
 }
+
+#[test]
+fn compact_gives_the_space_of_removed_files_back() {
+    let (_dir, db) = setup();
+    for i in 0..24 {
+        let path = format!("/d/{i}");
+        computerd(&db, &["mkdir", "-p", "/d"], b"").ok();
+        let data = common::pseudo_random_seeded(1 << 20, i);
+        computerd(&db, &["write", &path], &data).ok();
+    }
+    computerd(&db, &["write", "/kept"], b"kept").ok();
+    computerd(&db, &["rm", "-r", "/d"], b"").ok();
+    let before = fs::metadata(&db).unwrap().len();
+    assert!(before > 20 << 20, "{before} bytes before compact");
+    let run = computerd(&db, &["compact"], b"").ok();
+    let out = run.out();
+    assert!(
+        out.starts_with("compacted: ") && out.contains(" given back) in "),
+        "{out}"
+    );
+    assert_eq!(run.stderr, "");
+    let after = fs::metadata(&db).unwrap().len();
+    assert!(after < 1 << 20, "{after} bytes after compact: {out}");
+    assert_eq!(computerd(&db, &["cat", "/kept"], b"").ok().out(), "kept");
+    computerd(&db, &["check"], b"").ok();
+    let stats = computerd(&db, &["stats", "--json"], b"").ok().out();
+    assert!(stats.contains("\"free_bytes\":0"), "{stats}");
+}

@@ -199,3 +199,29 @@ fn a_replica_cache_takes_no_file_commands() {
         b"through the owner\n"
     );
 }
+
+#[test]
+fn compact_of_a_mounted_database_runs_in_the_mount() {
+    let m = Mount::new();
+    m.sh("mkdir d && for i in $(seq 20); do head -c 1048576 /dev/urandom > d/$i; done; sync");
+    m.sh("rm -r d; echo kept > kept; sync");
+    let out = String::from_utf8(fs_ok(&m.db, &["compact"], b"")).unwrap();
+    assert!(out.starts_with("compacted: "), "{out}");
+    // Whatever the background had given back already, none is left free, and the
+    // database with its log holds little more than the one file left.
+    let stats = String::from_utf8(fs_ok(&m.db, &["stats", "--json"], b"")).unwrap();
+    assert!(stats.contains("\"free_bytes\":0"), "{stats}");
+    let on_disk = ["", "-wal"]
+        .iter()
+        .map(|suffix| {
+            let mut name = m.db.as_os_str().to_owned();
+            name.push(suffix);
+            std::fs::metadata(name).map_or(0, |meta| meta.len())
+        })
+        .sum::<u64>();
+    assert!(
+        on_disk < 1 << 20,
+        "{on_disk} bytes on disk after compact: {out}"
+    );
+    assert_eq!(m.sh("cat kept"), "kept\n");
+}

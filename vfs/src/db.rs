@@ -17,6 +17,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::chunker::ChunkSizes;
+use crate::compact::{self, CompactProgress, CompactReport};
 use crate::disk_room::{DiskRoom, METADATA_BYTES_PER_MUTATION};
 use crate::error::{Error, ErrorPath, Result, StorageContext};
 use crate::types::{Quota, Revision};
@@ -237,6 +238,8 @@ fn uri_escaped(path: &Path) -> String {
 
 /// Checkpoint the WAL into the database file once it holds this much.
 pub(crate) const WAL_CHECKPOINT_BYTES: u64 = 32 << 20;
+/// The write-ahead log's file is cut back to this when the log starts over.
+const WAL_KEPT_BYTES: u64 = 2 * WAL_CHECKPOINT_BYTES;
 /// Past this, the writer itself checkpoints before going on: the bound on the WAL when
 /// the checkpointer cannot keep up (long readers, a flood of writes).
 const WAL_BYTES_MAX: u64 = 1 << 30;
@@ -460,7 +463,7 @@ struct Checkpointer {
 }
 
 impl Checkpointer {
-    fn start(path: &Path) -> Result<Checkpointer> {
+    fn start(path: &Path, writer: Arc<Mutex<Writer>>) -> Result<Checkpointer> {
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -500,6 +503,9 @@ impl Checkpointer {
                         }
                         done = stopped.lock().unwrap_or_else(|e| e.into_inner());
                     }
+                    drop(done);
+                    give_back_free_pages(&writer);
+                    done = stopped.lock().unwrap_or_else(|e| e.into_inner());
                 }
             })
             .map_err(|e| Error::io("checkpointer thread", e))?;
@@ -507,6 +513,40 @@ impl Checkpointer {
             stop,
             thread: Some(thread),
         })
+    }
+}
+
+/// One bounded step of giving deleted content's space back (`compact.rs`), when much of
+/// the file is free and the writer is idle: never while a mutation holds the writer or a
+/// batch is open (the step would wait for it, or it for the step), nor on a disk short
+/// of room (a step writes the pages it moves to the log first).
+fn give_back_free_pages(writer: &Mutex<Writer>) {
+    let Ok(mut w) = writer.try_lock() else {
+        return;
+    };
+    if w.batch.is_some() || w.halted.is_some() || w.room_is_short() {
+        return;
+    }
+    let stepped = compact::wants_background_step(&w.conn).and_then(|wanted| {
+        if wanted {
+            compact::step(&w.conn)
+        } else {
+            Ok(0)
+        }
+    });
+    match stepped {
+        Ok(0) => {}
+        Ok(pages) => {
+            tracing::debug!("gave {pages} free pages back to the file system");
+            // The file is cut short when the log is copied into it: at the end of a
+            // run, copy it now rather than at the next large write.
+            if !compact::wants_background_step(&w.conn).unwrap_or(true) {
+                if let Err(err) = w.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
+                    tracing::debug!("checkpoint after giving pages back failed: {err}");
+                }
+            }
+        }
+        Err(err) => tracing::debug!("giving free pages back failed: {err}"),
     }
 }
 
@@ -518,6 +558,27 @@ impl Drop for Checkpointer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// Copies the whole write-ahead log into the database and empties its file, waiting (at
+/// most `EMPTY_WAL_WAIT`) for a checkpoint another connection is running to end first.
+/// Returns whether it was emptied: a reader that holds an old snapshot past the wait
+/// keeps it (the next checkpoint takes it up).
+pub(crate) fn empty_wal(conn: &Connection) -> Result<bool> {
+    const EMPTY_WAL_WAIT: Duration = Duration::from_secs(10);
+    let started = Instant::now();
+    loop {
+        let busy: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))
+            .ctx("emptying the write-ahead log")?;
+        if busy == 0 {
+            return Ok(true);
+        }
+        if started.elapsed() >= EMPTY_WAL_WAIT {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -698,6 +759,9 @@ fn configure(conn: &Connection, read_only: bool) -> Result<()> {
         // Checkpoints run on their own thread (`Db::checkpoint_if_needed`), not inside
         // whichever commit happens to cross the threshold.
         pragmas.push_str("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;");
+        // A log that grew during a burst is cut back to this when it starts over,
+        // instead of keeping the burst's size until the workspace closes.
+        pragmas.push_str(&format!("PRAGMA journal_size_limit = {WAL_KEPT_BYTES};"));
     }
     conn.execute_batch(&pragmas)
         .ctx("configuring the connection")?;
@@ -731,13 +795,11 @@ impl Db {
             Connection::open_with_flags(path, flags)
         }
         .ctx("opening the database")?;
+        if options.create {
+            compact::enable_if_empty(&writer)?;
+        }
         configure(&writer, options.read_only)?;
         let info = init_or_check(&writer, options)?;
-        let checkpointer = if options.read_only {
-            None
-        } else {
-            Some(Checkpointer::start(path)?)
-        };
         let commit_delay = options.commit_delay.filter(|_| !options.read_only);
         // Only batches can lose answered mutations to a full disk (`disk_room.rs`).
         let room = (options.disk_reserve_bytes > 0 && commit_delay.is_some())
@@ -748,6 +810,11 @@ impl Db {
             room,
             halted: None,
         }));
+        let checkpointer = if options.read_only {
+            None
+        } else {
+            Some(Checkpointer::start(path, writer.clone())?)
+        };
         let committer = match commit_delay {
             Some(delay) => Some(Committer::start(writer.clone(), delay)?),
             None => None,
@@ -772,6 +839,7 @@ impl Db {
     pub fn open_in_memory(options: &DbOptions) -> Result<(Db, DbInfo)> {
         configure_library();
         let writer = Connection::open_in_memory().ctx("opening an in-memory database")?;
+        compact::enable_if_empty(&writer)?;
         configure(&writer, false)?;
         let info = init_or_check(&writer, options)?;
         let db = Db {
@@ -1054,6 +1122,55 @@ impl Db {
                 tracing::warn!("checkpoint of a {size}-byte WAL failed: {err}");
             }
         }
+    }
+
+    /// Gives every free page of the database back to the file system (see
+    /// `compact.rs`), a step at a time so mutations go on between steps, then copies the
+    /// write-ahead log in and empties it. `progress` hears after each step.
+    pub fn compact(&self, progress: &mut dyn FnMut(CompactProgress)) -> Result<CompactReport> {
+        if self.read_only {
+            return Err(Error::ReadOnly(Default::default()));
+        }
+        let bytes_before = self.file_bytes()?;
+        let (page_size, _, free_pages) = self.with_writer(|conn| compact::pages(conn))?;
+        let incremental = self.with_writer(|conn| compact::is_incremental(conn))?;
+        let mut state = CompactProgress {
+            free_bytes_at_start: free_pages.saturating_mul(page_size),
+            freed_bytes: 0,
+            rewriting: !incremental,
+        };
+        progress(state);
+        if incremental {
+            loop {
+                let freed = self.with_writer(|conn| compact::step(conn))?;
+                if freed == 0 {
+                    break;
+                }
+                state.freed_bytes = state.freed_bytes.saturating_add(freed * page_size);
+                progress(state);
+            }
+        } else {
+            self.with_writer(|conn| compact::rewrite_incremental(conn))?;
+            state.freed_bytes = state.free_bytes_at_start;
+            state.rewriting = false;
+            progress(state);
+        }
+        self.with_writer(|conn| empty_wal(conn))?;
+        Ok(CompactReport {
+            bytes_before,
+            bytes_after: self.file_bytes()?,
+            rewrote: !incremental,
+        })
+    }
+
+    /// The bytes the database takes: its file and write-ahead log, or its pages in
+    /// memory.
+    fn file_bytes(&self) -> Result<u64> {
+        let Some(path) = &self.path else {
+            return self.with_writer(|conn| Ok(logical_bytes(conn)));
+        };
+        let len = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
+        Ok(len(path) + len(&wal_path(path)))
     }
 
     /// Runs `f` on the writer connection outside of any transaction (maintenance:

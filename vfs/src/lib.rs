@@ -22,6 +22,7 @@ mod changes;
 mod check;
 mod chunker;
 pub mod clock;
+mod compact;
 mod content;
 mod db;
 mod disk_room;
@@ -51,6 +52,7 @@ pub use changes::{
 };
 pub use check::{CheckReport, Problem};
 pub use chunker::{ChunkSizes, Chunker};
+pub use compact::{CompactProgress, CompactReport};
 pub use db::SCHEMA_VERSION;
 pub use error::{Error, ErrorPath, Result};
 pub use fs::{join, FileReader, FileWriter, Fs, MkdirOptions, RmOptions, SYMLINKS_MAX};

@@ -213,6 +213,9 @@ pub struct Stats {
     pub blocks: u64,
     /// The database file(s) on disk, including free pages and the WAL.
     pub database_bytes: u64,
+    /// Pages of the database file that deleted content freed, in bytes: reused by later
+    /// writes, or given back to the file system by compaction.
+    pub free_bytes: u64,
     pub revision: Revision,
 }
 

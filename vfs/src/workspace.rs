@@ -24,6 +24,7 @@ use rusqlite::params;
 use crate::access::{self, Credentials};
 use crate::chunker::{ChunkSizes, Chunker};
 use crate::clock::{Clock, SystemClock};
+use crate::compact::{CompactProgress, CompactReport};
 use crate::content::{self, BlockCache, ContentCtx};
 use crate::db::{self, Db, DbInfo, DbOptions, WriteTxn};
 use crate::error::{kind, Error, Result, StorageContext};
@@ -2002,6 +2003,8 @@ impl Workspace {
             stats.unique_bytes = unique as u64;
             stats.stored_bytes = stored as u64;
             stats.revision = db::read_counters(conn)?.0;
+            let (page_size, _, free_pages) = crate::compact::pages(conn)?;
+            stats.free_bytes = free_pages.saturating_mul(page_size);
             Ok(stats)
         })?;
         if let Some(path) = self.inner.db.path() {
@@ -2014,13 +2017,26 @@ impl Workspace {
         Ok(stats)
     }
 
+    /// Commits buffered writes, then gives every page deleted content freed back to the
+    /// file system and empties the write-ahead log (see `compact.rs`). Mutations go on
+    /// between its steps; `progress` hears after each one. The first compaction of a
+    /// workspace made before incremental vacuum rewrites the database whole.
+    pub fn compact(&self, progress: &mut dyn FnMut(CompactProgress)) -> Result<CompactReport> {
+        self.sync()?;
+        let path = self.inner.db.path().map(|p| p.display().to_string());
+        self.inner.db.compact(progress).map_err(|e| match &path {
+            Some(path) => e.at(path),
+            None => e,
+        })
+    }
+
     /// Commits buffered writes and checkpoints the WAL into the database file.
     pub fn checkpoint(&self) -> Result<()> {
         self.sync()?;
-        self.inner.db.with_writer(|conn| {
-            conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
-                .ctx("checkpointing")
-        })
+        self.inner
+            .db
+            .with_writer(|conn| db::empty_wal(conn))
+            .map(drop)
     }
 }
 

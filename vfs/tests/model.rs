@@ -760,6 +760,7 @@ impl Model {
             Cmd::SetXattr(path, name, value, mode) => self.set_xattr(path, name, value, *mode),
             Cmd::GetXattr(path, name) => self.get_xattr(path, name),
             Cmd::RemoveXattr(path, name) => self.remove_xattr(path, name),
+            Cmd::Compact => Ok(Out::Unit),
             Cmd::Reopen => {
                 // Closing the workspace closes every handle; what they wrote stays.
                 self.handles.clear();
@@ -961,6 +962,8 @@ enum Cmd {
     RemoveXattr(String, String),
     /// Drop the workspace and open the database again.
     Reopen,
+    /// Gives free pages back to the file system: changes no file.
+    Compact,
     /// Set (or clear) the inode quota.
     SetQuota(Option<u64>),
 }
@@ -1268,6 +1271,7 @@ impl Real {
                 let ino = fs.stat(path).map_err(errno)?.ino;
                 unit(ws.removexattr(ino, name.as_bytes()))
             }
+            Cmd::Compact => unit(ws.compact(&mut |_| {}).map(drop)),
             Cmd::SetQuota(max) => unit(ws.set_quota(Quota {
                 bytes_max: None,
                 inodes_max: *max,
@@ -1570,6 +1574,7 @@ enum Op {
     GetXattr(P, u8),
     RemoveXattr(P, u8),
     Reopen,
+    Compact,
     SetQuota(u8),
 }
 
@@ -1745,6 +1750,7 @@ impl Op {
                 Cmd::RemoveXattr(p.resolve(model), XATTRS[name as usize % 3].into())
             }
             Op::Reopen => Cmd::Reopen,
+            Op::Compact => Cmd::Compact,
             // A few nodes more than there are now, or none.
             Op::SetQuota(k) => {
                 Cmd::SetQuota((k % 8 < 6).then(|| model.nodes.len() as u64 + u64::from(k % 8)))
@@ -1828,6 +1834,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (any_path(), any::<u8>()).prop_map(|(p, n)| Op::GetXattr(p, n)),
         1 => (any_path(), any::<u8>()).prop_map(|(p, n)| Op::RemoveXattr(p, n)),
         2 => Just(Op::Reopen),
+        1 => Just(Op::Compact),
         1 => any::<u8>().prop_map(Op::SetQuota),
     ]
 }

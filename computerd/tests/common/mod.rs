@@ -997,7 +997,12 @@ pub fn assert_same_text(what: &str, expected: &str, actual: &str) {
 /// Deterministic bytes that do not repeat (so they span several content blocks, and zstd
 /// cannot shrink them).
 pub fn pseudo_random(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    pseudo_random_seeded(len, 0)
+}
+
+/// Like [`pseudo_random`], different for each `seed` (so blocks do not deduplicate).
+pub fn pseudo_random_seeded(len: usize, seed: u64) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
     (0..len)
         .map(|_| {
             x ^= x << 13;
