@@ -356,3 +356,11 @@ fn seed_2019517_a_removed_conflict_copy_stays_removed() {
 fn seed_2018714_a_late_push_does_not_bring_back_a_removed_directory() {
     replay(2018714);
 }
+
+/// Both sides renamed a directory over the same empty one; the replica's new directory
+/// below it reached the server alone in a batch and was held back as one the server
+/// had removed, though the server's rename had filled the path again.
+#[test]
+fn seed_3006126_a_directory_below_a_path_filled_again_by_a_rename_lands() {
+    replay(3006126);
+}

@@ -419,7 +419,10 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
 }
 
 /// Whether our latest removal of `path` or of a directory above it is unseen by the
-/// peer, and nothing was made at that path since.
+/// peer, and nothing stands at that path now: made since, or by the same mutation (a
+/// rename over an empty directory removes the old one and binds the new one at one
+/// revision). The peer merges what stands there with its own, so a state below it that
+/// the peer sends is no news of a removed tree.
 fn removed_unseen(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<bool> {
     let mut prefix = Vec::with_capacity(path.len());
     for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
@@ -432,8 +435,8 @@ fn removed_unseen(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result
         let Some(removed) = removed.map(|r| Revision(r as u64)) else {
             continue;
         };
-        let made_since = crate::log::binding(conn, &prefix)?.is_some_and(|bound| bound > removed);
-        if !made_since && view.unseen(conn, removed, &prefix)? {
+        let stands = crate::log::binding(conn, &prefix)?.is_some_and(|bound| bound >= removed);
+        if !stands && view.unseen(conn, removed, &prefix)? {
             return Ok(true);
         }
     }

@@ -713,6 +713,39 @@ fn a_late_push_of_a_directory_the_server_removed_does_not_bring_it_back() {
     assert_eq!(states(&server), states(&replica));
 }
 
+#[test]
+fn a_pushed_directory_below_a_path_the_server_filled_again_lands() {
+    // Sync simulation seed 3006126: both sides renamed /b over the empty directory /f.
+    // The replica's new directory below its /f reached the server alone in a batch; the
+    // server, seeing its own removal of the old /f unseen by the replica, held the
+    // directory back as one it had removed, though /f stood there again (filled by the
+    // same rename). The replica, which merges the server's /f into its own, kept it.
+    let (_dir, server, replica) = setup();
+    server.fs().mkdir("/b", MkdirOptions::default()).unwrap();
+    server.fs().write_file("/b/x", "x\n").unwrap();
+    server.fs().mkdir("/f", MkdirOptions::default()).unwrap();
+    round(&server, &replica, "r1", "replica-1");
+    server.fs().rename("/b", "/f").unwrap();
+    replica.fs().rename("/b", "/f").unwrap();
+    replica.fs().mkdir("/f/new", MkdirOptions::default()).unwrap();
+    // One entry a batch, as a replica with the smallest batch limit pushes.
+    loop {
+        let from = server.peer("r1").unwrap().unwrap().applied;
+        let page = replica.changes_for("upstream", &from, 1, u64::MAX).unwrap();
+        let blocks = missing_blocks(&replica, &server, &page.entries);
+        server
+            .apply_push("r1", "replica-1", &page.entries, &blocks, &page.next)
+            .unwrap();
+        if page.complete {
+            break;
+        }
+    }
+    assert!(server.fs().stat("/f/new").is_ok(), "the server held /f/new back");
+    round(&server, &replica, "r1", "replica-1");
+    round(&server, &replica, "r1", "replica-1");
+    assert_eq!(states(&server), states(&replica));
+}
+
 /// Whether some file of `ws` holds `content`.
 fn holds_somewhere(ws: &Workspace, content: &[u8]) -> bool {
     listing(ws).iter().any(|(_, c)| c == content)
