@@ -14,11 +14,13 @@ mod fs_walk;
 mod fuse;
 mod init;
 mod mount;
+mod mounts;
 mod owner;
 mod poll;
 mod remote;
 mod replica;
 mod serve;
+mod umount;
 
 /// `--version`: the release and the commit it was built from (`build.rs`).
 const VERSION: &str = concat!(
@@ -57,6 +59,9 @@ enum Command {
         computerd mount [OPTIONS] --remote <ADDR> --cache <DB> <MOUNTPOINT>"
     )]
     Mount(mount::MountArgs),
+    /// Unmount computerd mounts, returning once each daemon has finished with its
+    /// database (umount(8) returns before).
+    Umount(umount::UmountArgs),
     /// Sync a replica mount with its server now and wait: exits 0 once synced, 75 while
     /// the sync is pending (the daemon keeps retrying), 1 if its changes are lost.
     Sync(replica::SyncArgs),
@@ -92,6 +97,7 @@ fn main() -> ExitCode {
         Command::Init(args) => init::run(args),
         Command::Fs(args) => fs_cmd::run(args),
         Command::Mount(args) => mount::run(args),
+        Command::Umount(args) => umount::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Sync(args) => replica::run_sync(args),
     };

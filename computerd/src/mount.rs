@@ -273,7 +273,8 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         SessionACL::Owner
     };
     config.mount_options = vec![
-        MountOption::FSName(format!("computer:{}", db.display())),
+        // What `computerd umount` and `status` find it by (`mounts.rs`).
+        MountOption::FSName(format!("{}{}", crate::mounts::SOURCE_PREFIX, db.display())),
         MountOption::Subtype("computer".into()),
         crate::fuse::permission_option(args.allow_other),
         if args.read_only {

@@ -170,7 +170,9 @@ impl Holder {
             (_, Phase::Finishing) | (Role::Command { .. }, _) => true,
             // Unmounted from outside (umount(8)): it notices within a moment, then
             // finishes.
-            (Role::Mount { mountpoint, .. }, Phase::Serving) => !is_mount_point(mountpoint),
+            (Role::Mount { mountpoint, .. }, Phase::Serving) => {
+                !crate::mounts::is_mount_point(mountpoint)
+            }
             _ => false,
         }
     }
@@ -388,42 +390,6 @@ fn read_holder(path: &Path) -> Option<Holder> {
     Holder::parse(&text)
 }
 
-/// Whether `path` is a mount point now, as this process's mount table lists them.
-fn is_mount_point(path: &Path) -> bool {
-    let Ok(table) = std::fs::read("/proc/self/mountinfo") else {
-        // Unknown: take it as mounted, so that a live owner is never waited for.
-        return true;
-    };
-    let wanted = path.as_os_str().as_encoded_bytes();
-    table
-        .split(|&b| b == b'\n')
-        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
-        .any(|field| unescape_mount_field(field) == wanted)
-}
-
-/// A mountinfo field with its octal escapes (`\040` for a space) decoded.
-fn unescape_mount_field(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let octal = field
-            .get(i + 1..i + 4)
-            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(digits) => {
-                let value = digits.iter().fold(0u32, |v, d| v * 8 + u32::from(d - b'0'));
-                out.push(value as u8);
-                i += 4;
-            }
-            None => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
 /// Refuses a second mount or server: one line naming the holder.
 pub fn held_error(db: &Path, holder: &Holder) -> anyhow::Error {
     let what = match &holder.role {
@@ -495,12 +461,8 @@ mod tests {
     }
 
     #[test]
-    fn mount_points_are_read_with_their_escapes() {
-        assert_eq!(unescape_mount_field(b"/mnt/a\\040b"), b"/mnt/a b");
-        assert_eq!(unescape_mount_field(b"/x\\134y\\"), b"/x\\y\\");
-        assert!(is_mount_point(Path::new("/")));
+    fn a_serving_mount_whose_mount_point_is_gone_will_leave() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!is_mount_point(dir.path()));
         // A serving mount whose mount point is gone is on its way out.
         let gone = Holder {
             phase: Phase::Serving,

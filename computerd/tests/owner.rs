@@ -225,3 +225,54 @@ fn compact_of_a_mounted_database_runs_in_the_mount() {
     );
     assert_eq!(m.sh("cat kept"), "kept\n");
 }
+
+#[test]
+fn computerd_umount_returns_once_the_daemon_let_go_of_the_database() {
+    let mut m = Mount::new();
+    m.sh("head -c 30000000 /dev/urandom > big; echo hi > small");
+    // A process with its working directory inside keeps the mount busy: refused, and
+    // still mounted.
+    let mut inside = Command::new("sleep");
+    inside.arg("30").current_dir(&m.mnt);
+    let mut inside = inside.spawn().unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg("umount").arg(&m.mnt);
+    let busy = run_cmd(&mut cmd, "computerd umount (busy)", Duration::from_secs(60));
+    let _ = inside.kill();
+    let _ = inside.wait();
+    assert_eq!(busy.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&busy.stderr);
+    assert!(
+        stderr.contains(": busy: ") && stderr.lines().count() == 1,
+        "{stderr}"
+    );
+    assert!(common::is_mounted(&m.mnt));
+
+    let out = m.unmount_with_computerd();
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    // Done with the database when it returned: nobody holds it, it opens at once.
+    assert!(!common::is_mounted(&m.mnt));
+    let mut owner = m.db.as_os_str().to_owned();
+    owner.push(".owner");
+    assert!(
+        !std::path::Path::new(&owner).exists(),
+        "the owner file is still there"
+    );
+    assert_eq!(fs_ok(&m.db, &["cat", "/small"], b""), b"hi\n");
+
+    // What it refuses, in one line each.
+    for (path, says) in [
+        (m.mnt.clone(), "not mounted".to_owned()),
+        (
+            "/proc".into(),
+            "not a computerd mount (a proc mount".to_owned(),
+        ),
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("umount").arg(&path);
+        let out = run_cmd(&mut cmd, "computerd umount", Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(&says), "{stderr}");
+    }
+}

@@ -727,7 +727,10 @@ fn a_pushed_directory_below_a_path_the_server_filled_again_lands() {
     round(&server, &replica, "r1", "replica-1");
     server.fs().rename("/b", "/f").unwrap();
     replica.fs().rename("/b", "/f").unwrap();
-    replica.fs().mkdir("/f/new", MkdirOptions::default()).unwrap();
+    replica
+        .fs()
+        .mkdir("/f/new", MkdirOptions::default())
+        .unwrap();
     // One entry a batch, as a replica with the smallest batch limit pushes.
     loop {
         let from = server.peer("r1").unwrap().unwrap().applied;
@@ -740,7 +743,10 @@ fn a_pushed_directory_below_a_path_the_server_filled_again_lands() {
             break;
         }
     }
-    assert!(server.fs().stat("/f/new").is_ok(), "the server held /f/new back");
+    assert!(
+        server.fs().stat("/f/new").is_ok(),
+        "the server held /f/new back"
+    );
     round(&server, &replica, "r1", "replica-1");
     round(&server, &replica, "r1", "replica-1");
     assert_eq!(states(&server), states(&replica));

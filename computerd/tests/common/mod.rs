@@ -230,6 +230,29 @@ impl Mount {
         );
     }
 
+    /// Unmounts with `computerd umount` (which returns once the daemon let go of the
+    /// database), asserts the daemon then exits cleanly, and returns the command's
+    /// output.
+    pub fn unmount_with_computerd(&mut self) -> Output {
+        let pid = self.pid();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("umount").arg(&self.mnt);
+        let out = run_cmd(&mut cmd, "computerd umount", Duration::from_secs(180));
+        if !out.status.success() {
+            panic!("{}", describe_failure("computerd umount", None, &out));
+        }
+        self.pid = None;
+        match wait_exit(pid, DAEMON_EXIT_TIMEOUT) {
+            Exited::Status(status) if status.success() => {}
+            other => panic!(
+                "the daemon (pid {pid}) did not exit cleanly after computerd umount: {other:?}\n\
+                 --- daemon log ---\n{}",
+                self.daemon_log()
+            ),
+        }
+        out
+    }
+
     /// Unmounts with `umount` and returns the daemon's pid at once, without waiting for
     /// it to exit (the caller waits, with [`wait_exit`]).
     pub fn unmount_without_waiting(&mut self) -> i32 {
