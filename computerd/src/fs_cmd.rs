@@ -1190,7 +1190,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             "{{\"workspace_id\":{},\"files\":{},\"directories\":{},\"symlinks\":{},\
              \"other_nodes\":{},\"logical_bytes\":{},\"unique_bytes\":{},\"stored_bytes\":{},\
              \"blocks\":{},\"dedup_ratio\":{},\"compression_ratio\":{},\"database_bytes\":{},\
-             \"free_bytes\":{},\"revision\":{}}}\n",
+             \"free_bytes\":{},\"staged_files\":{},\"revision\":{}}}\n",
             json_string(ws.id()),
             s.files,
             s.directories,
@@ -1204,6 +1204,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             json_f64(s.compression_ratio()),
             s.database_bytes,
             s.free_bytes,
+            s.staged_files,
             s.revision.0,
         )
     } else {
@@ -1221,6 +1222,7 @@ fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<E
             ("compression", format!("{:.2}", s.compression_ratio())),
             ("database bytes", bytes(s.database_bytes)),
             ("free in it", bytes(s.free_bytes)),
+            ("staged files", s.staged_files.to_string()),
             ("revision", s.revision.0.to_string()),
         ];
         rows.iter()

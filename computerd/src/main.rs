@@ -17,9 +17,11 @@ mod mount;
 mod mounts;
 mod owner;
 mod poll;
+mod registry;
 mod remote;
 mod replica;
 mod serve;
+mod status;
 mod umount;
 
 /// `--version`: the release and the commit it was built from (`build.rs`).
@@ -67,6 +69,8 @@ enum Command {
     Sync(replica::SyncArgs),
     /// Serve a workspace to replicas and clients over the network until signalled.
     Serve(serve::ServeArgs),
+    /// List the computerd mounts and servers running here.
+    Status(status::StatusArgs),
 }
 
 /// Raises the soft limit on open files to the hard one, as a server should: the store
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => mount::run(args),
         Command::Umount(args) => umount::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Status(args) => status::run(args),
         Command::Sync(args) => replica::run_sync(args),
     };
     match result {

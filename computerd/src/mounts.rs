@@ -93,6 +93,7 @@ mod tests {
     fn fields_are_read_with_their_escapes() {
         assert_eq!(unescape(b"/mnt/a\\040b"), b"/mnt/a b");
         assert_eq!(unescape(b"/x\\134y\\"), b"/x\\y\\");
+        assert_eq!(unescape(br"/x\0"), br"/x\0");
     }
 
     #[test]

@@ -213,6 +213,8 @@ pub struct OwnerLock {
     file: File,
     path: PathBuf,
     holder: Holder,
+    /// A mount's or server's entry for `computerd status`.
+    _listed: Option<crate::registry::Registration>,
 }
 
 /// Why the lock could not be taken.
@@ -258,10 +260,17 @@ impl OwnerLock {
                 Ok(now) if now.ino() == locked.ino() && now.dev() == locked.dev() => {}
                 _ => continue,
             }
+            let listed = match holder.role {
+                Role::Mount { .. } | Role::Serve { .. } => {
+                    crate::registry::register(&std::path::absolute(db).unwrap_or(db.into()))
+                }
+                Role::Command { .. } => None,
+            };
             let mut lock = OwnerLock {
                 file,
                 path,
                 holder: holder.clone(),
+                _listed: listed,
             };
             lock.publish(holder)?;
             return Ok(Ok(lock));
@@ -371,6 +380,17 @@ impl Drop for OwnerLock {
     }
 }
 
+/// Whether a process holds the owner lock on `db` now (a shared probe of the lock,
+/// released at once).
+pub fn is_held(db: &Path) -> bool {
+    let Ok(file) = File::open(owner_path(db)) else {
+        return false;
+    };
+    // SAFETY: a valid descriptor we own; the probe's lock goes with it.
+    let probe = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    probe != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+}
+
 /// Whether opening the owner file failed because none can be made there.
 fn unlockable(err: &std::io::Error) -> bool {
     matches!(
@@ -380,7 +400,7 @@ fn unlockable(err: &std::io::Error) -> bool {
 }
 
 /// The holder the owner file at `path` names, if it says yet and we may read it.
-fn read_holder(path: &Path) -> Option<Holder> {
+pub fn read_holder(path: &Path) -> Option<Holder> {
     let mut text = String::new();
     File::open(path)
         .ok()?

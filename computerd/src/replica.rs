@@ -25,7 +25,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use computer_sync::{
-    AppliedObserver, BacklogLimits, FollowOptions, Intent, RetryPolicy, SyncClient, SyncOutcome,
+    AppliedObserver, BacklogLimits, FollowOptions, FollowStatus, Intent, RetryPolicy, SyncClient,
+    SyncOutcome,
 };
 use computer_vfs::{InodeNo, Workspace};
 use fuser::{INodeNo, Notifier};
@@ -281,10 +282,74 @@ fn answer(stream: UnixStream, client: &SyncClient) {
             (Err(why), _) => format!("error reason={why}"),
             (_, Err(_)) => "error reason=bad timeout".to_owned(),
         },
+        ["status"] => render_status(&client.status()),
         _ => "error reason=unknown request".to_owned(),
     };
     let mut stream = &stream;
     let _ = writeln!(stream, "{reply}");
+}
+
+/// The sync loop's state as `status key=value ...`, the last error (if failures go on)
+/// last, after `reason=`.
+fn render_status(status: &FollowStatus) -> String {
+    let mut line = format!(
+        "status connected={} failures={} syncs={} backlog_nodes={} backlog_bytes={} \
+         held_back={} replaced={}",
+        u8::from(status.connected),
+        status.failures,
+        status.syncs,
+        status.backlog.nodes,
+        status.backlog.bytes,
+        u8::from(status.held_back),
+        u8::from(status.replaced),
+    );
+    if let Some(error) = &status.last_error {
+        line += &format!(" reason={}", error.replace('\n', " "));
+    }
+    line
+}
+
+/// A replica daemon's sync loop, as its control socket tells it.
+pub struct SyncState {
+    /// `key=value` fields: connected, failures, syncs, backlog_nodes, backlog_bytes,
+    /// held_back, replaced (flags as 0 or 1).
+    pub fields: Vec<(String, String)>,
+    /// Why the last attempt failed, while failures go on.
+    pub last_error: Option<String>,
+}
+
+impl SyncState {
+    /// A field's value, `?` if the daemon did not say.
+    pub fn field(&self, key: &str) -> &str {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map_or("?", |(_, v)| v.as_str())
+    }
+}
+
+/// Asks the replica daemon of the cache `db` for its sync loop's state; `None` if no
+/// daemon answers.
+pub fn sync_status(db: &Path) -> Option<SyncState> {
+    let mut stream = UnixStream::connect(control_path(db)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"status\n").ok()?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).ok()?;
+    let line = line.trim_end().strip_prefix("status ")?;
+    let (fields, reason) = match line.split_once(" reason=") {
+        Some((fields, reason)) => (fields, Some(reason.to_owned())),
+        None => (line, None),
+    };
+    let fields = fields
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    Some(SyncState {
+        fields,
+        last_error: reason,
+    })
 }
 
 fn render(outcome: &SyncOutcome) -> String {
@@ -430,53 +495,19 @@ pub fn run_sync(args: SyncArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The cache database of the replica mounted at `mountpoint`, from the mount's source
-/// (`computer:<absolute path of the cache>`) in /proc/self/mountinfo.
+/// in the mount table (`mounts.rs`).
 fn cache_of_mount(mountpoint: &Path) -> anyhow::Result<PathBuf> {
     let wanted = std::fs::canonicalize(mountpoint)
         .with_context(|| format!("{}: cannot resolve", mountpoint.display()))?;
-    let mountinfo = std::fs::read("/proc/self/mountinfo").context("reading the mount table")?;
-    for line in mountinfo.split(|&b| b == b'\n') {
-        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
-        let Some(separator) = fields.iter().position(|f| *f == b"-") else {
-            continue;
-        };
-        let (Some(point), Some(fstype), Some(source)) = (
-            fields.get(4),
-            fields.get(separator + 1),
-            fields.get(separator + 2),
-        ) else {
-            continue;
-        };
-        if unescape(point) != wanted.as_os_str().as_bytes() || !fstype.starts_with(b"fuse") {
-            continue;
-        }
-        let source = unescape(source);
-        let Some(cache) = source.strip_prefix(b"computer:") else {
-            bail!("{}: not a computer mount", mountpoint.display());
-        };
-        return Ok(PathBuf::from(OsStr::from_bytes(cache)));
-    }
-    bail!("{}: not a mount point", mountpoint.display())
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        if field[i] == b'\\' && i + 3 < field.len() {
-            if let Ok(code) =
-                u8::from_str_radix(std::str::from_utf8(&field[i + 1..i + 4]).unwrap_or("x"), 8)
-            {
-                out.push(code);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(field[i]);
-        i += 1;
-    }
-    out
+    let table = crate::mounts::table().ok_or_else(|| anyhow!("cannot read the mount table"))?;
+    let entry = table
+        .iter()
+        .rev()
+        .find(|m| m.mountpoint == wanted)
+        .ok_or_else(|| anyhow!("{}: not a mount point", mountpoint.display()))?;
+    entry
+        .computer_db()
+        .ok_or_else(|| anyhow!("{}: not a computer mount", mountpoint.display()))
 }
 
 #[cfg(test)]
@@ -488,12 +519,5 @@ mod tests {
         assert_eq!(split(b"/a"), (Some(&b"/"[..]), Some(&b"a"[..])));
         assert_eq!(split(b"/a/b/c"), (Some(&b"/a/b"[..]), Some(&b"c"[..])));
         assert_eq!(split(b"/"), (None, None));
-    }
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape(br"/mnt/a\040b"), b"/mnt/a b");
-        assert_eq!(unescape(br"/plain"), b"/plain");
-        assert_eq!(unescape(br"/x\0"), br"/x\0");
     }
 }

@@ -276,3 +276,89 @@ fn computerd_umount_returns_once_the_daemon_let_go_of_the_database() {
         assert!(stderr.contains(&says), "{stderr}");
     }
 }
+
+/// `computerd status --json`'s objects for `db` (several processes may list others).
+fn status_of(db: &std::path::Path) -> Vec<String> {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["status", "--json"]);
+    let out = run_cmd(&mut cmd, "computerd status --json", Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_failure("status", None, &out)
+    );
+    let json = String::from_utf8(out.stdout).unwrap();
+    // Parsed by a real JSON parser; each object of this database printed back whole,
+    // keys sorted.
+    let script = "import json, sys\n\
+                  for o in json.loads(sys.argv[1]):\n\
+                  \x20   if o['database'] == sys.argv[2]:\n\
+                  \x20       print(json.dumps(o, sort_keys=True))\n";
+    let out = Command::new("python3")
+        .args(["-c", script, &json])
+        .arg(db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "not JSON: {json}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn status_lists_mounts_and_servers_and_forgets_them_when_they_end() {
+    let mut m = Mount::new();
+    m.sh("echo hi > a; sync");
+    let listed = status_of(&m.db);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let mount = &listed[0];
+    for field in [
+        "\"role\": \"mount\"".to_owned(),
+        format!("\"at\": \"{}\"", m.mnt.display()),
+        "\"phase\": \"serving\"".to_owned(),
+        "\"sync\": null".to_owned(),
+    ] {
+        assert!(mount.contains(&field), "{field} in {mount}");
+    }
+    assert!(!mount.contains("\"revision\": null"), "{mount}");
+
+    let server = common::Server::start();
+    let replica = Mount::replica(&server, &[]);
+    replica.sh("echo x > x");
+    let listed = status_of(&server.db);
+    assert!(
+        listed.len() == 1 && listed[0].contains("\"role\": \"serve\""),
+        "{listed:?}"
+    );
+    let listed = status_of(&replica.db);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(
+        listed[0].contains("\"role\": \"replica-mount\""),
+        "{listed:?}"
+    );
+    assert!(listed[0].contains("\"connected\": true"), "{listed:?}");
+
+    // The table names the same, one line each.
+    let mut cmd = Command::new(BIN);
+    cmd.arg("status");
+    let table = run_cmd(&mut cmd, "computerd status", Duration::from_secs(60));
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.starts_with("PID "), "{table}");
+    let line = table
+        .lines()
+        .find(|l| l.contains(m.db.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        line.contains(" mount ") && line.contains(" serving "),
+        "{line}"
+    );
+
+    m.unmount();
+    assert_eq!(status_of(&m.db), Vec::<String>::new());
+}

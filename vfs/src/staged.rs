@@ -63,6 +63,18 @@ impl Workspace {
         self.staging().is_some()
     }
 
+    /// Files whose content still waits in staging files to be ingested, as committed
+    /// (a cheap count: what `computerd status` shows of a mount).
+    pub fn staged_files(&self) -> Result<u64> {
+        self.db().read(|conn| {
+            conn.query_row("SELECT count(*) FROM staged", [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .map(|n| n as u64)
+            .ctx("counting staged files")
+        })
+    }
+
     pub(crate) fn staging(&self) -> Option<&Staging> {
         self.inner().staging.as_ref()
     }

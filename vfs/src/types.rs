@@ -216,6 +216,9 @@ pub struct Stats {
     /// Pages of the database file that deleted content freed, in bytes: reused by later
     /// writes, or given back to the file system by compaction.
     pub free_bytes: u64,
+    /// Files written through a mount whose content still waits in their staging files
+    /// to be ingested into blocks.
+    pub staged_files: u64,
     pub revision: Revision,
 }
 

@@ -2007,6 +2007,7 @@ impl Workspace {
             stats.free_bytes = free_pages.saturating_mul(page_size);
             Ok(stats)
         })?;
+        stats.staged_files = self.staged_files()?;
         if let Some(path) = self.inner.db.path() {
             for suffix in ["", "-wal"] {
                 let mut p = path.as_os_str().to_owned();
