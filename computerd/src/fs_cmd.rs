@@ -18,14 +18,14 @@ use anyhow::anyhow;
 use clap::{ArgAction, Args, Subcommand};
 use computer_vfs::transfer::{self, Summary};
 use computer_vfs::{
-    join, Attr, Error, ErrorPath, FileKind, Fs, GrepOptions, MkdirOptions, OpenFlags, Options,
-    RmOptions, Workspace,
+    join, Error, ErrorPath, FileKind, Fs, GrepOptions, MkdirOptions, OpenFlags, Options, RmOptions,
+    Workspace,
 };
 
 use crate::fs_format::{
     human_bytes, json_f64, json_string, kind_name, mode_string, parse_mode, parse_size, rfc3339_ns,
-    short_time,
 };
+use crate::fs_ls::{Hidden, LsOptions};
 use crate::fs_progress::{StepBar, TransferProgress};
 use crate::owner::{Holder, OwnerLock, Role};
 
@@ -58,13 +58,28 @@ pub struct FsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum FsCommand {
-    /// List a directory (or show one entry).
+    /// List directories (or show entries), as ls(1) does.
+    #[command(disable_help_flag = true)]
     Ls {
         /// Long format: type and mode, links, owner, size, modification time (UTC), name.
         #[arg(short = 'l')]
         long: bool,
+        /// Show entries whose names start with `.`, and `.` and `..`.
+        #[arg(short = 'a', long)]
+        all: bool,
+        /// Show entries whose names start with `.`, but not `.` and `..`.
+        #[arg(short = 'A', long)]
+        almost_all: bool,
+        /// With -l, sizes in powers of 1024 (1.5K, 12M).
+        #[arg(short = 'h', long)]
+        human_readable: bool,
+        /// List subdirectories too, each under a `path:` heading.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
         #[arg(default_value = "/")]
-        path: String,
+        paths: Vec<String>,
     },
     /// Print files to stdout.
     Cat {
@@ -574,7 +589,33 @@ fn dispatch(
     progress: bool,
 ) -> anyhow::Result<ExitCode> {
     match command {
-        FsCommand::Ls { long, path } => ls(fs, &ws_path(&path)?, long, stdio.stdout),
+        FsCommand::Ls {
+            long,
+            all,
+            almost_all,
+            human_readable,
+            recursive,
+            help: _,
+            paths,
+        } => {
+            let options = LsOptions {
+                long,
+                hidden: if all {
+                    Hidden::All
+                } else if almost_all {
+                    Hidden::AlmostAll
+                } else {
+                    Hidden::None
+                },
+                human: human_readable,
+                recursive,
+            };
+            let paths = paths
+                .iter()
+                .map(|p| ws_path(p))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            crate::fs_ls::ls(fs, &paths, &options, stdio.stdout, stdio.stderr)
+        }
         FsCommand::Cat { paths } => cat(fs, &paths, stdio),
         FsCommand::Write { path, append } => write(fs, &ws_path(&path)?, append, stdio.stdin),
         FsCommand::Mkdir {
@@ -755,69 +796,6 @@ fn each(
 }
 
 // -------------------------------------------------------------------------- commands
-
-fn ls(fs: &Fs, path: &str, long: bool, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let ws = fs.workspace();
-    let lattr = fs.lstat(path).map_err(vfs_err)?;
-    // Like ls(1): `ls -l link` shows the link itself, `ls link` what it points to.
-    let follow = !long || path.ends_with('/');
-    let attr = if lattr.kind == FileKind::Symlink && follow {
-        fs.stat(path).map_err(vfs_err)?
-    } else {
-        lattr
-    };
-    let mut rows: Vec<(Vec<u8>, Attr)> = Vec::new();
-    if attr.is_dir() {
-        let mut entries = fs.readdir(path).map_err(vfs_err)?;
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        for entry in entries {
-            if !long {
-                rows.push((entry.name, attr.clone()));
-                continue;
-            }
-            match ws.getattr(entry.ino) {
-                Ok(attr) => rows.push((entry.name, attr)),
-                // Removed since the listing: not there any more.
-                Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(vfs_err(e.at(&join(path, &entry.name_lossy())))),
-            }
-        }
-    } else {
-        rows.push((path.as_bytes().to_vec(), attr));
-    }
-    let mut out = BufWriter::new(stdout);
-    let width = |f: &dyn Fn(&Attr) -> String| rows.iter().map(|(_, a)| f(a).len()).max();
-    let nlink_w = width(&|a| a.nlink.to_string()).unwrap_or(1);
-    let uid_w = width(&|a| a.uid.to_string()).unwrap_or(1);
-    let gid_w = width(&|a| a.gid.to_string()).unwrap_or(1);
-    let size_w = width(&|a| a.size.to_string()).unwrap_or(1);
-    for (name, attr) in &rows {
-        if long {
-            write!(
-                out,
-                "{} {:>nlink_w$} {:>uid_w$} {:>gid_w$} {:>size_w$} {} ",
-                mode_string(attr.kind, attr.perm),
-                attr.nlink,
-                attr.uid,
-                attr.gid,
-                attr.size,
-                short_time(attr.mtime),
-            )
-            .map_err(out_err)?;
-        }
-        out.write_all(name).map_err(out_err)?;
-        if long && attr.kind == FileKind::Symlink {
-            let target = ws
-                .readlink(attr.ino)
-                .map_err(|e| vfs_err(e.at(&String::from_utf8_lossy(name))))?;
-            out.write_all(b" -> ").map_err(out_err)?;
-            out.write_all(&target).map_err(out_err)?;
-        }
-        out.write_all(b"\n").map_err(out_err)?;
-    }
-    out.flush().map_err(out_err)?;
-    Ok(ExitCode::SUCCESS)
-}
 
 fn cat(fs: &Fs, paths: &[String], stdio: &mut Stdio<'_>) -> anyhow::Result<ExitCode> {
     let out = &mut *stdio.stdout;

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod channel;
 mod fs_cmd;
 mod fs_format;
+mod fs_ls;
 mod fs_progress;
 mod fs_walk;
 mod fuse;

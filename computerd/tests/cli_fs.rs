@@ -135,7 +135,8 @@ fn mkdir_ls_and_tree_manipulation() {
     assert_eq!(run.out(), "a\n");
 
     let run = computerd(&db, &["ls", "-l", "/a"], b"").ok();
-    let lines: Vec<String> = run.out().lines().map(str::to_owned).collect();
+    let lines: Vec<String> = run.out().lines().skip(1).map(str::to_owned).collect();
+    assert!(run.out().starts_with("total "), "{}", run.out());
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(lines[0].starts_with("drwxr-xr-x ") && lines[0].ends_with(" b"));
     assert!(lines[2].starts_with("-rw-r--r-- "), "{}", lines[2]);
@@ -546,4 +547,84 @@ fn compact_gives_the_space_of_removed_files_back() {
     computerd(&db, &["check"], b"").ok();
     let stats = computerd(&db, &["stats", "--json"], b"").ok().out();
     assert!(stats.contains("\"free_bytes\":0"), "{stats}");
+}
+
+#[test]
+fn ls_lists_as_coreutils_does() {
+    let (dir, db) = setup();
+    computerd(
+        &db,
+        &["mkdir", "-p", "/t/.hidden/deep", "/t/sub/inner"],
+        b"",
+    )
+    .ok();
+    for (path, len) in [
+        ("/t/.dot", 3),
+        ("/t/sub/a", 1536),
+        ("/t/b", 10 * 1024 + 1),
+        ("/t/c", 5),
+        ("/t/.hidden/deep/d", 1024),
+        ("/t/big", 3 << 20),
+    ] {
+        computerd(&db, &["write", path], &pseudo_random(len)).ok();
+    }
+    computerd(&db, &["ln", "-s", "c", "/t/link"], b"").ok();
+    let host = dir.path().join("t");
+    computerd(&db, &["export", "/t", host.to_str().unwrap()], b"").ok();
+    let coreutils = |flags: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("LC_ALL=C ls {flags} ."))
+            .current_dir(&host)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for flags in ["", "-a", "-A", "-R", "-RA", "-Ra"] {
+        let mut args = vec!["ls"];
+        if !flags.is_empty() {
+            args.push(flags);
+        }
+        args.push("/t");
+        let ours = computerd(&db, &args, b"").ok().out();
+        // Headings name the directory as given: /t here, . there.
+        let ours: String = ours
+            .lines()
+            .map(
+                |line| match line.strip_prefix("/t").filter(|_| line.ends_with(':')) {
+                    Some(rest) => format!(".{rest}\n"),
+                    None => format!("{line}\n"),
+                },
+            )
+            .collect();
+        assert_same(&format!("ls {flags}"), &coreutils(flags), &ours);
+    }
+    // -h sizes, name by name.
+    let sizes = |listing: &str| -> Vec<(String, String)> {
+        listing
+            .lines()
+            .filter(|l| l.starts_with('-'))
+            .map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                (fields[fields.len() - 1].to_owned(), fields[4].to_owned())
+            })
+            .collect()
+    };
+    let ours = computerd(&db, &["ls", "-lh", "/t"], b"").ok().out();
+    assert!(ours.starts_with("total "), "{ours}");
+    assert_eq!(sizes(&ours), sizes(&coreutils("-lh")), "{ours}");
+    let ours = computerd(&db, &["ls", "-l", "/t/link"], b"").ok().out();
+    assert!(
+        ours.starts_with("lrwxrwxrwx ") && ours.ends_with(" /t/link -> c\n"),
+        "{ours}"
+    );
+}
+
+/// Asserts two texts are equal, showing both whole when they are not.
+fn assert_same(what: &str, expected: &str, actual: &str) {
+    assert!(
+        expected == actual,
+        "{what}: differs\n--- coreutils ---\n{expected}--- ours ---\n{actual}"
+    );
 }
