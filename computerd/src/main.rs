@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod channel;
 mod fs_cmd;
@@ -14,6 +14,7 @@ mod fs_progress;
 mod fs_walk;
 mod fuse;
 mod init;
+mod manual;
 mod mount;
 mod mounts;
 mod owner;
@@ -72,6 +73,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// List the computerd mounts and servers running here.
     Status(status::StatusArgs),
+    /// Print shell completions for computerd.
+    Completions(manual::CompletionsArgs),
+    /// Print the man page, or write one per command into a directory.
+    Man(manual::ManArgs),
 }
 
 /// Raises the soft limit on open files to the hard one, as a server should: the store
@@ -105,6 +110,8 @@ fn main() -> ExitCode {
         Command::Umount(args) => umount::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => status::run(args),
+        Command::Completions(args) => manual::completions(args, Cli::command()),
+        Command::Man(args) => manual::man(args, Cli::command()),
         Command::Sync(args) => replica::run_sync(args),
     };
     match result {

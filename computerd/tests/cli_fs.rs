@@ -628,3 +628,44 @@ fn assert_same(what: &str, expected: &str, actual: &str) {
         "{what}: differs\n--- coreutils ---\n{expected}--- ours ---\n{actual}"
     );
 }
+
+#[test]
+fn completions_and_man_pages_come_from_the_command_line_definitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let bash = computerd_top(&["completions".as_ref(), "bash".as_ref()]);
+    assert_eq!(bash.code, 0, "{}", bash.stderr);
+    let script = dir.path().join("computerd.bash");
+    fs::write(&script, &bash.stdout).unwrap();
+    // Valid bash, and it knows the subcommands and their flags.
+    let check = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let text = String::from_utf8_lossy(&bash.stdout);
+    for word in ["umount", "status", "compact", "--almost-all"] {
+        assert!(text.contains(word), "the bash completions lack {word}");
+    }
+    let zsh = computerd_top(&["completions".as_ref(), "zsh".as_ref()]);
+    assert!(
+        zsh.code == 0 && zsh.out().starts_with("#compdef computerd"),
+        "{}",
+        zsh.out()
+    );
+
+    let page = computerd_top(&["man".as_ref()]);
+    assert_eq!(page.code, 0, "{}", page.stderr);
+    assert!(page.out().contains(".TH computerd 1"), "{}", page.out());
+    let pages = dir.path().join("man");
+    let run = computerd_top(&["man".as_ref(), "--dir".as_ref(), pages.as_os_str()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let ls_page = fs::read_to_string(pages.join("computerd-fs-ls.1")).unwrap();
+    assert!(ls_page.contains(".TH computerd-fs-ls 1"), "{ls_page}");
+    assert!(ls_page.contains("almost\\-all"), "{ls_page}");
+    assert!(pages.join("computerd-umount.1").exists());
+}
