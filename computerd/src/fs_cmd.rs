@@ -458,13 +458,13 @@ pub fn run(args: FsArgs) -> anyhow::Result<ExitCode> {
     let lock = match runner {
         Ok(Runner::Here(lock)) => lock,
         Ok(Runner::Owner(_)) => unreachable!("sent to the owner above"),
-        Err(err) => return run_on(Err(err), args.command, &mut stdio, true),
+        Err(err) => return run_on(Err(err), args.command, &mut stdio, !crate::notice::quiet()),
     };
     let result = run_on(
         open(db, writes, lock.is_some()),
         args.command,
         &mut stdio,
-        true,
+        !crate::notice::quiet(),
     );
     // Held until the command is done with the database (its handle closed above).
     drop(lock);
@@ -1095,7 +1095,7 @@ fn compact(
     let mut bar = StepBar::bytes("compact", progress);
     let mut said_rewrite = false;
     let result = ws.compact(&mut |p| {
-        if p.rewriting && !said_rewrite {
+        if p.rewriting && !said_rewrite && progress {
             said_rewrite = true;
             let _ = writeln!(
                 stderr,

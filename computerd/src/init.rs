@@ -45,7 +45,7 @@ pub fn run(args: InitArgs) -> anyhow::Result<ExitCode> {
 /// does not exist yet.
 pub fn announce_new(db: &std::path::Path) {
     if db.symlink_metadata().is_err() {
-        eprintln!(
+        crate::notice::notice!(
             "computerd: {}: no such file; making a new workspace there",
             db.display()
         );

@@ -17,6 +17,7 @@ mod init;
 mod manual;
 mod mount;
 mod mounts;
+mod notice;
 mod owner;
 mod poll;
 mod registry;
@@ -38,14 +39,17 @@ const VERSION: &str = concat!(
 #[derive(Parser, Debug)]
 #[command(name = "computerd", version = VERSION, about)]
 struct Cli {
-    /// Log filter (error, warn, info, debug, trace, or a tracing filter expression).
-    #[arg(
-        long,
-        global = true,
-        default_value = "warn,fuser=error",
-        env = "COMPUTERD_LOG"
-    )]
-    log: String,
+    /// Log filter (error, warn, info, debug, trace, or a tracing filter expression);
+    /// overrides -q and -v. Default: warnings.
+    #[arg(long, global = true, env = "COMPUTERD_LOG")]
+    log: Option<String>,
+    /// Say less: no progress, no announcements or waits on stderr, errors only in the
+    /// log. Results and errors are still printed.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Log more: -v what it does, -vv debugging detail, -vvv everything.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -101,7 +105,8 @@ fn raise_descriptor_limit() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log);
+    notice::set_quiet(cli.quiet);
+    init_logging(&log_filter(&cli));
     raise_descriptor_limit();
     let result = match cli.command {
         Command::Init(args) => init::run(args),
@@ -123,6 +128,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// The log filter: `--log` (or `COMPUTERD_LOG`) as given, else one for -q/-v.
+fn log_filter(cli: &Cli) -> String {
+    if let Some(filter) = &cli.log {
+        return filter.clone();
+    }
+    let level = match (cli.quiet, cli.verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn,fuser=error",
+        (false, 1) => "info,fuser=warn",
+        (false, 2) => "debug",
+        (false, _) => "trace",
+    };
+    level.to_owned()
+}
+
 fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -134,4 +154,16 @@ fn init_logging(filter: &str) {
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap's own checks of the definitions: no two flags of one command share a name
+    /// (the global -q and -v included), every default parses.
+    #[test]
+    fn the_command_line_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
 }

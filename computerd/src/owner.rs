@@ -317,7 +317,7 @@ impl OwnerLock {
                     OWNER_WAIT.as_secs()
                 ),
                 Some(other) if !said => {
-                    eprintln!(
+                    crate::notice::notice!(
                         "computerd: {}: waiting for {other} to finish with it",
                         db.display()
                     );

@@ -119,7 +119,7 @@ fn wait_for_daemon(db: &Path, timeout: Duration) -> anyhow::Result<()> {
         }
         if !said && started.elapsed() >= Duration::from_secs(1) {
             if let Some(holder) = &holder {
-                eprintln!(
+                crate::notice::notice!(
                     "computerd: waiting for {holder} to finish with {}",
                     db.display()
                 );

@@ -362,3 +362,74 @@ fn status_lists_mounts_and_servers_and_forgets_them_when_they_end() {
     m.unmount();
     assert_eq!(status_of(&m.db), Vec::<String>::new());
 }
+
+/// Unmounts `0` (lazily, if busy) when dropped: a failing test leaves no mount behind.
+struct UnmountOnDrop(std::path::PathBuf);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        if common::is_mounted(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn quiet_says_no_more_than_results_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    let _cleanup = UnmountOnDrop(mnt.clone());
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("NO_COLOR", "1");
+        run_cmd(&mut cmd, "computerd", Duration::from_secs(60))
+    };
+    let (q, db, mnt_arg) = (
+        std::ffi::OsStr::new("-q"),
+        dir.path().join("new.db"),
+        mnt.as_os_str(),
+    );
+    // Without -q a mount that makes a workspace says so; with it, nothing.
+    let loud = run(&[
+        "mount".as_ref(),
+        db.as_os_str(),
+        mnt_arg,
+        "--daemon".as_ref(),
+    ]);
+    assert!(
+        loud.status.success(),
+        "{}",
+        describe_failure("mount", None, &loud)
+    );
+    assert!(String::from_utf8_lossy(&loud.stderr).contains("making a new workspace"));
+    let out = run(&[q, "umount".as_ref(), mnt_arg]);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        describe_failure("umount", None, &out)
+    );
+    let db = dir.path().join("other.db");
+    let quiet = run(&[
+        q,
+        "mount".as_ref(),
+        db.as_os_str(),
+        mnt_arg,
+        "--daemon".as_ref(),
+    ]);
+    assert!(
+        quiet.status.success(),
+        "{}",
+        describe_failure("mount -q", None, &quiet)
+    );
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+    let out = run(&[q, "umount".as_ref(), mnt_arg]);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        describe_failure("umount", None, &out)
+    );
+    // Errors are never silenced.
+    let out = run(&[q, "umount".as_ref(), mnt_arg]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not mounted"));
+}
