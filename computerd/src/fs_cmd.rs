@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use clap::{ArgAction, Args, Subcommand};
-use computer_vfs::transfer::{self, Summary};
+use computer_vfs::transfer::{self, ImportOptions, Summary};
 use computer_vfs::{
     join, Error, ErrorPath, FileKind, Fs, GrepOptions, MkdirOptions, OpenFlags, Options, RmOptions,
     Workspace,
@@ -168,6 +168,11 @@ pub enum FsCommand {
         /// Never show progress.
         #[arg(long)]
         no_progress: bool,
+        /// Leave out files and directories whose names (or symlinks whose targets) are
+        /// not UTF-8, listing each on stderr, and import the rest. Without it such a name
+        /// fails the import before anything is written.
+        #[arg(long)]
+        skip_bad_names: bool,
     },
     /// Copy a workspace directory tree to the host.
     Export {
@@ -407,8 +412,7 @@ fn open(db: &Path, command: &FsCommand, holding: bool) -> anyhow::Result<Fs> {
         // mount does: a transaction per file rewrote the same index pages into the
         // log at every commit, 11 bytes written per byte stored. A crash loses at most
         // the last batch of an import, which is run again anyway.
-        commit_delay: matches!(command, FsCommand::Import { .. })
-            .then_some(IMPORT_COMMIT_DELAY),
+        commit_delay: matches!(command, FsCommand::Import { .. }).then_some(IMPORT_COMMIT_DELAY),
         ..Options::default()
     };
     let ws = Workspace::open(db, options).map_err(vfs_err)?;
@@ -712,12 +716,14 @@ fn dispatch(
             host_dir,
             path,
             no_progress,
+            skip_bad_names,
         } => import(
             fs,
             &host_dir,
             &ws_path(&path)?,
+            ImportOptions { skip_bad_names },
             progress && !no_progress,
-            stdio.stdout,
+            stdio,
         ),
         FsCommand::Export {
             path,
@@ -1065,16 +1071,32 @@ fn import(
     fs: &Fs,
     host_dir: &Path,
     path: &str,
+    options: ImportOptions,
     progress: bool,
-    stdout: &mut dyn Write,
+    stdio: &mut Stdio<'_>,
 ) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut bar = TransferProgress::new("import", progress);
-    let result = transfer::import(fs, host_dir, path, &mut |p| bar.update(p));
+    let result = transfer::import_with(fs, host_dir, path, options, &mut |p| bar.update(p));
     bar.finish();
-    let summary = result.map_err(vfs_err)?;
-    let line = summary_line("imported", &summary, start.elapsed());
-    writeln!(stdout, "{line}").map_err(out_err)?;
+    let summary = result.map_err(|err| match &err {
+        Error::Invalid { reason, .. } if *reason == transfer::BAD_NAME => {
+            anyhow!("{} (--skip-bad-names imports the rest)", describe(&err))
+        }
+        _ => vfs_err(err),
+    })?;
+    for bad in &summary.bad_names {
+        let _ = writeln!(
+            stdio.stderr,
+            "computerd: {}: left out: its name, or the target it links to, is not UTF-8",
+            bad.display()
+        );
+    }
+    let mut line = summary_line("imported", &summary, start.elapsed());
+    if !summary.bad_names.is_empty() {
+        line += &format!("; left out {} bad names", summary.bad_names.len());
+    }
+    writeln!(stdio.stdout, "{line}").map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -669,3 +669,40 @@ fn completions_and_man_pages_come_from_the_command_line_definitions() {
     assert!(ls_page.contains("almost\\-all"), "{ls_page}");
     assert!(pages.join("computerd-umount.1").exists());
 }
+
+#[test]
+fn import_refuses_names_that_are_not_utf8_before_writing_or_skips_them_when_asked() {
+    use std::os::unix::ffi::OsStrExt;
+    let (dir, db) = setup();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("good"), b"ok\n").unwrap();
+    fs::write(src.join("sub/fine"), b"x\n").unwrap();
+    let bad = src.join(std::ffi::OsStr::from_bytes(b"sub/caf\xe9.txt"));
+    fs::write(&bad, b"bad").unwrap();
+    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(b"\xff"), src.join("badlink")).unwrap();
+    let src_arg = src.to_str().unwrap();
+
+    let run = computerd(&db, &["import", src_arg, "/in"], b"");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("is not UTF-8, so nothing was imported (--skip-bad-names"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    // Nothing at all: not even the destination directory.
+    assert_eq!(computerd(&db, &["ls", "/"], b"").ok().out(), "");
+
+    let run = computerd(&db, &["import", "--skip-bad-names", src_arg, "/in"], b"").ok();
+    assert!(
+        run.out().ends_with("; left out 2 bad names\n"),
+        "{}",
+        run.out()
+    );
+    assert_eq!(run.stderr.lines().count(), 2, "{}", run.stderr);
+    assert!(run.stderr.contains("badlink: left out"), "{}", run.stderr);
+    let listing = computerd(&db, &["ls", "-R", "/in"], b"").ok().out();
+    assert_eq!(listing, "/in:\ngood\nsub\n\n/in/sub:\nfine\n");
+}

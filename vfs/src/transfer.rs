@@ -2,6 +2,9 @@
 //!
 //! Files are streamed (bounded memory), modes and modification times are kept, symlinks
 //! are copied as symlinks, and hard links stay hard links. Each file is its own mutation.
+//! Workspace paths are UTF-8: an import finds a name that is not before it writes
+//! anything, and fails, or with [`ImportOptions::skip_bad_names`] leaves it out and
+//! lists it.
 //! A progress callback sees totals counted up front, so callers can draw a bar.
 
 use std::collections::HashMap;
@@ -36,34 +39,64 @@ pub struct Summary {
     pub bytes: u64,
     /// Special files (fifos, sockets, devices) that were not copied.
     pub skipped: u64,
+    /// Host paths left out because a name (or a symlink's target) on the way is not
+    /// UTF-8, which workspace paths must be ([`ImportOptions::skip_bad_names`]).
+    pub bad_names: Vec<PathBuf>,
 }
+
+/// How to import.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ImportOptions {
+    /// Leave out (and list in [`Summary::bad_names`]) what has a name that is not UTF-8,
+    /// and import the rest. Without it such a name fails the import before anything is
+    /// written.
+    pub skip_bad_names: bool,
+}
+
+/// The reason of the error an import without `skip_bad_names` fails with when the tree
+/// holds a name that is not UTF-8 (its path names the first one).
+pub const BAD_NAME: &str = "a name in the tree is not UTF-8, so nothing was imported";
 
 fn host_err(path: &Path, err: std::io::Error) -> Error {
     Error::io(path.display().to_string(), err)
 }
 
-fn to_str(path: &Path) -> Result<&str> {
-    path.to_str()
-        .ok_or_else(|| Error::invalid("host path is not UTF-8").at(&path.display().to_string()))
+/// What a look over the host tree finds before anything is written.
+struct HostTotals {
+    files: u64,
+    bytes: u64,
+    /// The first host path whose name, or whose symlink's target, is not UTF-8.
+    first_bad_name: Option<PathBuf>,
 }
 
-/// Counts files and bytes below `dir` on the host, for progress totals.
-fn host_totals(dir: &Path) -> Result<(u64, u64)> {
-    let (mut files, mut bytes) = (0, 0);
+/// Counts files and bytes below `dir` on the host, for progress totals, and finds the
+/// first name the workspace cannot take.
+fn host_totals(dir: &Path) -> Result<HostTotals> {
+    let mut totals = HostTotals {
+        files: 0,
+        bytes: 0,
+        first_bad_name: None,
+    };
     let mut stack = vec![dir.to_path_buf()];
     while let Some(path) = stack.pop() {
         for entry in fs::read_dir(&path).map_err(|e| host_err(&path, e))? {
             let entry = entry.map_err(|e| host_err(&path, e))?;
             let meta = entry.metadata().map_err(|e| host_err(&entry.path(), e))?;
+            let bad = entry.file_name().to_str().is_none()
+                || (meta.is_symlink()
+                    && fs::read_link(entry.path()).is_ok_and(|t| t.to_str().is_none()));
+            if bad && totals.first_bad_name.is_none() {
+                totals.first_bad_name = Some(entry.path());
+            }
             if meta.is_dir() {
                 stack.push(entry.path());
             } else if meta.is_file() {
-                files += 1;
-                bytes += meta.len();
+                totals.files += 1;
+                totals.bytes += meta.len();
             }
         }
     }
-    Ok((files, bytes))
+    Ok(totals)
 }
 
 fn nanos(meta: &fs::Metadata) -> i64 {
@@ -79,14 +112,28 @@ pub fn import(
     dest: &str,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Summary> {
+    import_with(fs, source, dest, ImportOptions::default(), progress)
+}
+
+/// [`import`] as `options` say.
+pub fn import_with(
+    fs: &Fs,
+    source: &Path,
+    dest: &str,
+    options: ImportOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Summary> {
     let meta = fs::metadata(source).map_err(|e| host_err(source, e))?;
     if !meta.is_dir() {
         return Err(Error::NotDir(Default::default()).at(&source.display().to_string()));
     }
-    let (files_total, bytes_total) = host_totals(source)?;
+    let totals = host_totals(source)?;
+    if let (Some(bad), false) = (&totals.first_bad_name, options.skip_bad_names) {
+        return Err(Error::invalid(BAD_NAME).at(&bad.display().to_string()));
+    }
     let mut state = Progress {
-        files_total,
-        bytes_total,
+        files_total: totals.files,
+        bytes_total: totals.bytes,
         ..Default::default()
     };
     let mut summary = Summary::default();
@@ -111,9 +158,11 @@ pub fn import(
         for entry in entries {
             let host_path = entry.path();
             let name = entry.file_name();
-            let name = name.to_str().ok_or_else(|| {
-                Error::invalid("file name is not UTF-8").at(&host_path.display().to_string())
-            })?;
+            let Some(name) = name.to_str() else {
+                // Left out with whatever is below it (checked up front: only when asked).
+                summary.bad_names.push(host_path);
+                continue;
+            };
             let ws_path = join(&ws_dir, name);
             let meta = fs::symlink_metadata(&host_path).map_err(|e| host_err(&host_path, e))?;
             let file_type = meta.file_type();
@@ -130,7 +179,11 @@ pub fn import(
                 summary.directories += 1;
             } else if file_type.is_symlink() {
                 let target = fs::read_link(&host_path).map_err(|e| host_err(&host_path, e))?;
-                fs.symlink(to_str(&target)?, &ws_path)?;
+                let Some(target) = target.to_str() else {
+                    summary.bad_names.push(host_path);
+                    continue;
+                };
+                fs.symlink(target, &ws_path)?;
                 summary.symlinks += 1;
             } else if file_type.is_file() {
                 let key = (meta.dev(), meta.ino());
