@@ -18,8 +18,8 @@ use anyhow::anyhow;
 use clap::{ArgAction, Args, Subcommand};
 use computer_vfs::transfer::{self, ImportOptions, Summary};
 use computer_vfs::{
-    join, Error, ErrorPath, FileKind, Fs, GrepOptions, MkdirOptions, OpenFlags, Options, RmOptions,
-    Workspace,
+    join, Attr, Error, ErrorPath, FileKind, Fs, GrepOptions, MkdirOptions, OpenFlags, Options,
+    RmOptions, Workspace,
 };
 
 use crate::fs_format::{
@@ -138,6 +138,9 @@ pub enum FsCommand {
         /// Follow a final symlink.
         #[arg(short = 'L', long)]
         dereference: bool,
+        /// One JSON object per path, a line each.
+        #[arg(long)]
+        json: bool,
         #[arg(required = true)]
         paths: Vec<String>,
     },
@@ -173,6 +176,9 @@ pub enum FsCommand {
         /// fails the import before anything is written.
         #[arg(long)]
         skip_bad_names: bool,
+        /// One JSON object on stdout instead of the summary line.
+        #[arg(long)]
+        json: bool,
     },
     /// Copy a workspace directory tree to the host.
     Export {
@@ -181,12 +187,18 @@ pub enum FsCommand {
         /// Never show progress.
         #[arg(long)]
         no_progress: bool,
+        /// One JSON object on stdout instead of the summary line.
+        #[arg(long)]
+        json: bool,
     },
     /// Verify every invariant of the database; exit 1 if anything is wrong.
     Check {
         /// Never show progress.
         #[arg(long)]
         no_progress: bool,
+        /// One JSON object on stdout instead of the summary line.
+        #[arg(long)]
+        json: bool,
     },
     /// Give the space of deleted content back to the file system now (it happens in the
     /// background too once much of the database is free).
@@ -194,6 +206,9 @@ pub enum FsCommand {
         /// Never show progress.
         #[arg(long)]
         no_progress: bool,
+        /// One JSON object on stdout instead of the summary line.
+        #[arg(long)]
+        json: bool,
     },
     /// Show the workspace's totals.
     Stats {
@@ -686,7 +701,11 @@ fn dispatch(
             }
             Ok(ExitCode::SUCCESS)
         }
-        FsCommand::Stat { dereference, paths } => stat(fs, &paths, dereference, stdio),
+        FsCommand::Stat {
+            dereference,
+            json,
+            paths,
+        } => stat(fs, &paths, dereference, json, stdio),
         FsCommand::Find { pattern } => {
             let found = fs.glob(&ws_path(&pattern)?).map_err(vfs_err)?;
             let mut out = BufWriter::new(&mut *stdio.stdout);
@@ -717,31 +736,36 @@ fn dispatch(
             path,
             no_progress,
             skip_bad_names,
+            json,
         } => import(
             fs,
             &host_dir,
             &ws_path(&path)?,
             ImportOptions { skip_bad_names },
             progress && !no_progress,
+            json,
             stdio,
         ),
         FsCommand::Export {
             path,
             host_dir,
             no_progress,
+            json,
         } => export(
             fs,
             &ws_path(&path)?,
             &host_dir,
             progress && !no_progress,
+            json,
             stdio.stdout,
         ),
-        FsCommand::Check { no_progress } => {
-            check(fs.workspace(), progress && !no_progress, stdio.stdout)
+        FsCommand::Check { no_progress, json } => {
+            check(fs.workspace(), progress && !no_progress, json, stdio.stdout)
         }
-        FsCommand::Compact { no_progress } => compact(
+        FsCommand::Compact { no_progress, json } => compact(
             fs.workspace(),
             progress && !no_progress,
+            json,
             stdio.stdout,
             stdio.stderr,
         ),
@@ -958,6 +982,7 @@ fn stat(
     fs: &Fs,
     paths: &[String],
     follow: bool,
+    json: bool,
     stdio: &mut Stdio<'_>,
 ) -> anyhow::Result<ExitCode> {
     let mut out = BufWriter::new(&mut *stdio.stdout);
@@ -974,6 +999,10 @@ fn stat(
         } else {
             None
         };
+        if json {
+            let line = stat_json(path, &attr, target.as_deref());
+            return writeln!(out, "{line}").map_err(out_err);
+        }
         let mut text = String::new();
         if !first {
             text.push('\n');
@@ -1015,6 +1044,31 @@ fn stat(
     Ok(code)
 }
 
+/// A path's attributes as one JSON object (times in nanoseconds since the epoch).
+fn stat_json(path: &str, attr: &Attr, target: Option<&str>) -> String {
+    format!(
+        "{{\"path\":{},\"kind\":{},\"target\":{},\"inode\":{},\"links\":{},\"perm\":{},\
+         \"st_mode\":{},\"uid\":{},\"gid\":{},\"size\":{},\"blocks\":{},\"rdev\":{},\
+         \"atime_ns\":{},\"mtime_ns\":{},\"ctime_ns\":{},\"revision\":{}}}",
+        json_string(path),
+        json_string(kind_name(attr.kind)),
+        target.map_or("null".to_owned(), json_string),
+        attr.ino.0,
+        attr.nlink,
+        attr.perm,
+        attr.mode(),
+        attr.uid,
+        attr.gid,
+        attr.size,
+        attr.blocks_512(),
+        attr.rdev,
+        attr.atime,
+        attr.mtime,
+        attr.ctime,
+        attr.revision.0,
+    )
+}
+
 fn grep(
     fs: &Fs,
     pattern: &str,
@@ -1043,6 +1097,27 @@ fn truncate(fs: &Fs, path: &str, size: u64, create: bool) -> anyhow::Result<()> 
 }
 
 /// `imported 3 files, 1 directory, ... 1.2 MiB (1234567 bytes) in 0.52 s (2.37 MB/s)`.
+/// A transfer's summary as one JSON object.
+fn summary_json(s: &Summary, elapsed: Duration) -> String {
+    let bad: Vec<String> = s
+        .bad_names
+        .iter()
+        .map(|p| json_string(&p.display().to_string()))
+        .collect();
+    format!(
+        "{{\"files\":{},\"directories\":{},\"symlinks\":{},\"hard_links\":{},\"bytes\":{},\
+         \"special_files_skipped\":{},\"bad_names\":[{}],\"seconds\":{}}}",
+        s.files,
+        s.directories,
+        s.symlinks,
+        s.hard_links,
+        s.bytes,
+        s.skipped,
+        bad.join(","),
+        json_f64(elapsed.as_secs_f64()),
+    )
+}
+
 fn summary_line(verb: &str, s: &Summary, elapsed: Duration) -> String {
     fn count(n: u64, one: &str, many: &str) -> String {
         format!("{n} {}", if n == 1 { one } else { many })
@@ -1073,6 +1148,7 @@ fn import(
     path: &str,
     options: ImportOptions,
     progress: bool,
+    json: bool,
     stdio: &mut Stdio<'_>,
 ) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
@@ -1092,10 +1168,15 @@ fn import(
             bad.display()
         );
     }
-    let mut line = summary_line("imported", &summary, start.elapsed());
-    if !summary.bad_names.is_empty() {
-        line += &format!("; left out {} bad names", summary.bad_names.len());
-    }
+    let line = if json {
+        summary_json(&summary, start.elapsed())
+    } else {
+        let mut line = summary_line("imported", &summary, start.elapsed());
+        if !summary.bad_names.is_empty() {
+            line += &format!("; left out {} bad names", summary.bad_names.len());
+        }
+        line
+    };
     writeln!(stdio.stdout, "{line}").map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -1105,6 +1186,7 @@ fn export(
     path: &str,
     host_dir: &Path,
     progress: bool,
+    json: bool,
     stdout: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
@@ -1112,7 +1194,11 @@ fn export(
     let result = transfer::export(fs, path, host_dir, &mut |p| bar.update(p));
     bar.finish();
     let summary = result.map_err(vfs_err)?;
-    let line = summary_line("exported", &summary, start.elapsed());
+    let line = if json {
+        summary_json(&summary, start.elapsed())
+    } else {
+        summary_line("exported", &summary, start.elapsed())
+    };
     writeln!(stdout, "{line}").map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -1120,6 +1206,7 @@ fn export(
 fn compact(
     ws: &Workspace,
     progress: bool,
+    json: bool,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
@@ -1139,25 +1226,65 @@ fn compact(
     });
     bar.finish();
     let report = result.map_err(vfs_err)?;
-    writeln!(
-        stdout,
-        "compacted: {} to {} ({} given back) in {:.2} s",
-        human_bytes(report.bytes_before),
-        human_bytes(report.bytes_after),
-        human_bytes(report.bytes_before.saturating_sub(report.bytes_after)),
-        start.elapsed().as_secs_f64()
-    )
-    .map_err(out_err)?;
+    let secs = start.elapsed().as_secs_f64();
+    let line = if json {
+        format!(
+            "{{\"bytes_before\":{},\"bytes_after\":{},\"rewrote\":{},\"seconds\":{}}}",
+            report.bytes_before,
+            report.bytes_after,
+            report.rewrote,
+            json_f64(secs)
+        )
+    } else {
+        format!(
+            "compacted: {} to {} ({} given back) in {secs:.2} s",
+            human_bytes(report.bytes_before),
+            human_bytes(report.bytes_after),
+            human_bytes(report.bytes_before.saturating_sub(report.bytes_after)),
+        )
+    };
+    writeln!(stdout, "{line}").map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn check(ws: &Workspace, progress: bool, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
+fn check(
+    ws: &Workspace,
+    progress: bool,
+    json: bool,
+    stdout: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let mut bar = StepBar::blocks("check", progress);
     let result = ws.check_with_progress(&mut |p| bar.update(p.blocks_done, p.blocks_total));
     bar.finish();
     let report = result.map_err(vfs_err)?;
     let mut out = BufWriter::new(stdout);
+    if json {
+        let problems: Vec<String> = report
+            .problems
+            .iter()
+            .map(|p| json_string(&p.to_string()))
+            .collect();
+        writeln!(
+            out,
+            "{{\"ok\":{},\"nodes\":{},\"blocks\":{},\"block_bytes\":{},\"problems\":[{}],\
+             \"problems_unlisted\":{},\"seconds\":{}}}",
+            report.is_ok(),
+            report.nodes,
+            report.blocks,
+            report.block_bytes,
+            problems.join(","),
+            report.problems_unlisted,
+            json_f64(start.elapsed().as_secs_f64()),
+        )
+        .map_err(out_err)?;
+        out.flush().map_err(out_err)?;
+        return Ok(if report.is_ok() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     for problem in &report.problems {
         writeln!(out, "{problem}").map_err(out_err)?;
     }

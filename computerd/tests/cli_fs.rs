@@ -706,3 +706,68 @@ fn import_refuses_names_that_are_not_utf8_before_writing_or_skips_them_when_aske
     let listing = computerd(&db, &["ls", "-R", "/in"], b"").ok().out();
     assert_eq!(listing, "/in:\ngood\nsub\n\n/in/sub:\nfine\n");
 }
+
+#[test]
+fn json_outputs_are_json_with_the_fields_scripts_read() {
+    let (dir, db) = setup();
+    computerd(&db, &["mkdir", "/d"], b"").ok();
+    computerd(&db, &["write", "/d/f"], b"hello").ok();
+    let host = dir.path().join("out");
+    let host_arg = host.to_str().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("x"), b"x").unwrap();
+    let src_arg = src.to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["stat", "--json", "/d", "/d/f"],
+            "[o['size'] for o in objects] == [0, 5]",
+        ),
+        (
+            &["check", "--json"],
+            "objects[0]['ok'] and objects[0]['problems'] == []",
+        ),
+        (
+            &["compact", "--json"],
+            "objects[0]['bytes_after'] <= objects[0]['bytes_before']",
+        ),
+        (
+            &["export", "--json", "/d", host_arg],
+            "objects[0]['files'] == 1",
+        ),
+        (
+            &["import", "--json", src_arg, "/in"],
+            "objects[0]['bad_names'] == []",
+        ),
+        (
+            &["stats", "--json"],
+            "objects[0]['files'] == 2 and objects[0]['free_bytes'] >= 0",
+        ),
+    ];
+    for (args, holds) in cases {
+        let out = computerd(&db, args, b"").ok().out();
+        let script = format!(
+            "import json, sys\n\
+             objects = [json.loads(line) for line in sys.stdin.read().splitlines()]\n\
+             assert {holds}, objects\n"
+        );
+        let mut check = Command::new("python3")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        check
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(out.as_bytes())
+            .unwrap();
+        let result = check.wait_with_output().unwrap();
+        assert!(
+            result.status.success(),
+            "{args:?} printed {out}\n{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+    }
+}
