@@ -4,20 +4,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use computer_vfs::{CompactProgress, Error, Options, Workspace};
+use computer_vfs::{CompactProgress, Error, Options, RmOptions, Workspace};
 
-/// Incompressible bytes, different for each `seed`.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
-}
+mod common;
+use common::incompressible;
 
 /// The database file and its write-ahead log, in bytes.
 fn on_disk(db: &Path) -> u64 {
@@ -29,32 +19,48 @@ fn on_disk(db: &Path) -> u64 {
     len("") + len("-wal")
 }
 
+/// A new workspace in a new directory.
+fn new_workspace() -> (tempfile::TempDir, std::path::PathBuf, Workspace) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    let ws = Workspace::open(&db, Options::default()).unwrap();
+    (dir, db, ws)
+}
+
+/// Opens the existing workspace at `db`.
+fn reopen(db: &Path) -> Workspace {
+    let options = Options {
+        create: false,
+        ..Options::default()
+    };
+    Workspace::open(db, options).unwrap()
+}
+
+/// Removes /d and everything in it.
+fn remove_d(ws: &Workspace) {
+    let options = RmOptions {
+        recursive: true,
+        force: false,
+    };
+    ws.fs().rm("/d", options).unwrap();
+}
+
 /// Writes `files` files of 1 MiB of noise under /d.
 fn fill(ws: &Workspace, files: u64) {
     let fs = ws.fs();
     fs.mkdir("/d", Default::default()).unwrap();
     for i in 0..files {
-        fs.write_file(&format!("/d/{i}"), noise(1 << 20, i))
+        fs.write_file(&format!("/d/{i}"), incompressible(1 << 20, i))
             .unwrap();
     }
 }
 
 #[test]
 fn compact_after_removing_everything_leaves_under_a_mebibyte() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ws.db");
-    let ws = Workspace::open(&db, Options::default()).unwrap();
+    let (_dir, db, ws) = new_workspace();
     fill(&ws, 40);
     ws.fs().write_file("/kept", b"kept").unwrap();
-    ws.fs()
-        .rm(
-            "/d",
-            computer_vfs::RmOptions {
-                recursive: true,
-                force: false,
-            },
-        )
-        .unwrap();
+    remove_d(&ws);
     assert!(ws.stats().unwrap().free_bytes >= 40 << 20);
     let mut reports = Vec::<CompactProgress>::new();
     let report = ws.compact(&mut |p| reports.push(p)).unwrap();
@@ -72,23 +78,14 @@ fn compact_after_removing_everything_leaves_under_a_mebibyte() {
     assert_eq!(ws.fs().read_file("/kept").unwrap(), b"kept");
     assert!(ws.check().unwrap().is_ok());
     drop(ws);
-    let ws = Workspace::open(
-        &db,
-        Options {
-            create: false,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let ws = reopen(&db);
     assert_eq!(ws.fs().read_file("/kept").unwrap(), b"kept");
     assert_eq!(ws.stats().unwrap().free_bytes, 0);
 }
 
 #[test]
 fn compact_keeps_every_file_that_remains() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ws.db");
-    let ws = Workspace::open(&db, Options::default()).unwrap();
+    let (_dir, _db, ws) = new_workspace();
     fill(&ws, 12);
     // Remove every other file: the pages that remain are spread over the whole file.
     for i in (0..12).step_by(2) {
@@ -100,7 +97,7 @@ fn compact_keeps_every_file_that_remains() {
     for i in (1..12).step_by(2) {
         assert_eq!(
             ws.fs().read_file(&format!("/d/{i}")).unwrap(),
-            noise(1 << 20, i)
+            incompressible(1 << 20, i)
         );
     }
     assert!(ws.check().unwrap().is_ok());
@@ -108,9 +105,7 @@ fn compact_keeps_every_file_that_remains() {
 
 #[test]
 fn a_workspace_made_without_incremental_vacuum_is_rewritten_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ws.db");
-    let ws = Workspace::open(&db, Options::default()).unwrap();
+    let (_dir, db, ws) = new_workspace();
     fill(&ws, 4);
     drop(ws);
     // As workspaces were made before: no incremental vacuum.
@@ -118,59 +113,26 @@ fn a_workspace_made_without_incremental_vacuum_is_rewritten_once() {
     conn.execute_batch("PRAGMA auto_vacuum = NONE; VACUUM")
         .unwrap();
     drop(conn);
-    let ws = Workspace::open(
-        &db,
-        Options {
-            create: false,
-            ..Options::default()
-        },
-    )
-    .unwrap();
-    ws.fs()
-        .rm(
-            "/d",
-            computer_vfs::RmOptions {
-                recursive: true,
-                force: false,
-            },
-        )
-        .unwrap();
+    let ws = reopen(&db);
+    remove_d(&ws);
     let mut rewriting = false;
     let report = ws.compact(&mut |p| rewriting |= p.rewriting).unwrap();
     assert!(report.rewrote && rewriting, "{report:?}");
     assert!(report.bytes_after < 1 << 20, "{report:?}");
     // From then on it compacts in steps.
     fill(&ws, 2);
-    ws.fs()
-        .rm(
-            "/d",
-            computer_vfs::RmOptions {
-                recursive: true,
-                force: false,
-            },
-        )
-        .unwrap();
+    remove_d(&ws);
     assert!(!ws.compact(&mut |_| {}).unwrap().rewrote);
     assert!(ws.check().unwrap().is_ok());
 }
 
 #[test]
 fn the_background_gives_most_of_a_large_deletion_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ws.db");
-    let ws = Workspace::open(&db, Options::default()).unwrap();
+    let (_dir, db, ws) = new_workspace();
     fill(&ws, 64);
     ws.checkpoint().unwrap();
     let full = on_disk(&db);
-    ws.fs()
-        .rm(
-            "/d",
-            computer_vfs::RmOptions {
-                recursive: true,
-                force: false,
-            },
-        )
-        .unwrap();
+    remove_d(&ws);
     // The database file shrinks with no call: what stays free is below the share the
     // background leaves for later writes (16 MiB here).
     let started = Instant::now();

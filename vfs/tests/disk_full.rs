@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use computer_vfs::{InodeNo, NewNode, OpenFlags, Options, Workspace};
 
+mod common;
+use common::incompressible;
+
 /// True (and says the test is skipped) unless root, who alone can mount a tmpfs.
 fn lacks_root() -> bool {
     // SAFETY: no arguments, no memory.
@@ -85,19 +88,6 @@ fn open(db: &Path, disk_reserve_bytes: u64) -> Workspace {
         },
     )
     .unwrap()
-}
-
-/// Bytes no block store can shrink or share.
-fn incompressible(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect()
 }
 
 /// Makes directory `small-i` and then writes the `i`th MiB of `data` into the open file

@@ -661,6 +661,30 @@ fn a_tree_removed_then_replaced_by_a_rename_is_removed_everywhere() {
     assert_eq!(states(&server), states(&replica));
 }
 
+/// Pushes the replica's changes one entry a batch, as a replica with the smallest batch
+/// limit does, until they are all applied; returns the first page `hold` holds back (a
+/// batch held up in the network), unapplied, and stops there.
+fn push_one_entry_a_batch(
+    server: &Workspace,
+    replica: &Workspace,
+    mut hold: impl FnMut(&ChangePage) -> bool,
+) -> Option<ChangePage> {
+    loop {
+        let from = server.peer("r1").unwrap().unwrap().applied;
+        let page = replica.changes_for("upstream", &from, 1, u64::MAX).unwrap();
+        if hold(&page) {
+            return Some(page);
+        }
+        let blocks = missing_blocks(replica, server, &page.entries);
+        server
+            .apply_push("r1", "replica-1", &page.entries, &blocks, &page.next)
+            .unwrap();
+        if page.complete {
+            return None;
+        }
+    }
+}
+
 #[test]
 fn a_late_push_of_a_directory_the_server_removed_does_not_bring_it_back() {
     // Sync simulation seed 2018714: the replica pushed /d/f and /d in two batches, the
@@ -671,23 +695,10 @@ fn a_late_push_of_a_directory_the_server_removed_does_not_bring_it_back() {
     let (_dir, server, replica) = setup();
     replica.fs().mkdir("/d", MkdirOptions::default()).unwrap();
     replica.fs().write_file("/d/f", "pushed\n").unwrap();
-    let mut late = None;
-    loop {
-        let from = server.peer("r1").unwrap().unwrap().applied;
-        let page = replica.changes_for("upstream", &from, 1, u64::MAX).unwrap();
-        if page.entries.iter().any(|e| e.path == b"/d") {
-            late = Some(page);
-            break;
-        }
-        let blocks = missing_blocks(&replica, &server, &page.entries);
-        server
-            .apply_push("r1", "replica-1", &page.entries, &blocks, &page.next)
-            .unwrap();
-        if page.complete {
-            break;
-        }
-    }
-    let late = late.expect("a page holding /d alone");
+    let late = push_one_entry_a_batch(&server, &replica, |page| {
+        page.entries.iter().any(|e| e.path == b"/d")
+    })
+    .expect("a page holding /d alone");
     assert_eq!(server.fs().read_file("/d/f").unwrap(), b"pushed\n");
     // The replica takes the server's newer state of /d (directories merge), so it has
     // nothing of /d left to push.
@@ -731,18 +742,7 @@ fn a_pushed_directory_below_a_path_the_server_filled_again_lands() {
         .fs()
         .mkdir("/f/new", MkdirOptions::default())
         .unwrap();
-    // One entry a batch, as a replica with the smallest batch limit pushes.
-    loop {
-        let from = server.peer("r1").unwrap().unwrap().applied;
-        let page = replica.changes_for("upstream", &from, 1, u64::MAX).unwrap();
-        let blocks = missing_blocks(&replica, &server, &page.entries);
-        server
-            .apply_push("r1", "replica-1", &page.entries, &blocks, &page.next)
-            .unwrap();
-        if page.complete {
-            break;
-        }
-    }
+    assert!(push_one_entry_a_batch(&server, &replica, |_| false).is_none());
     assert!(
         server.fs().stat("/f/new").is_ok(),
         "the server held /f/new back"
