@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use computer_vfs::{join, Attr, Error, FileKind, Fs};
 
-use crate::fs_cmd::{out_err, vfs_err};
+use crate::fs_error::{out_err, vfs_err};
 use crate::fs_format::{mode_string, short_time};
 
 /// Which entries starting with `.` a listing shows.

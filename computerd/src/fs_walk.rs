@@ -9,7 +9,7 @@ use std::io::Write;
 
 use computer_vfs::{join, DirEntry, Error, FileKind, Fs, InodeNo, Workspace};
 
-use crate::fs_cmd::{out_err, vfs_err};
+use crate::fs_error::{out_err, vfs_err};
 use crate::fs_format::human_bytes;
 
 const PAGE: usize = 1024;

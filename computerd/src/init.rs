@@ -36,7 +36,7 @@ pub fn run(args: InitArgs) -> anyhow::Result<ExitCode> {
         create: true,
         ..Options::default()
     };
-    let ws = Workspace::open(db, options).map_err(crate::fs_cmd::vfs_err)?;
+    let ws = Workspace::open(db, options).map_err(crate::fs_error::vfs_err)?;
     println!("made workspace {} at {}", ws.id(), db.display());
     Ok(ExitCode::SUCCESS)
 }

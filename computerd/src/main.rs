@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod channel;
+mod fs_args;
 mod fs_cmd;
+mod fs_error;
 mod fs_format;
 mod fs_ls;
 mod fs_progress;
@@ -59,7 +61,7 @@ enum Command {
     /// Make a new, empty workspace database.
     Init(init::InitArgs),
     /// Work on a workspace database directly: ls, cat, write, import, check, ...
-    Fs(fs_cmd::FsArgs),
+    Fs(fs_args::FsArgs),
     /// Mount a workspace (or, with --remote, a replica of a served one) as a filesystem
     /// and serve it until unmounted or signalled.
     #[command(

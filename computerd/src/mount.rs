@@ -238,7 +238,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             .then(|| Duration::from_millis(args.commit_delay_ms)),
         ..Options::default()
     };
-    let ws = Workspace::open(&db, options).map_err(crate::fs_cmd::vfs_err)?;
+    let ws = Workspace::open(&db, options).map_err(crate::fs_error::vfs_err)?;
     // The source names the database by its absolute path: `computerd sync MOUNTPOINT`
     // finds a replica's control socket from it.
     let db = std::path::absolute(&db).unwrap_or(db);

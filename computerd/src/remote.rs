@@ -13,7 +13,7 @@ use computer_sync::rpc::{self, Address};
 use computer_sync::wire::FS_STREAM_BYTES_MAX;
 use computer_sync::ClientInfo;
 
-use crate::fs_cmd::FsCommand;
+use crate::fs_args::FsCommand;
 
 /// The environment variable holding the token when no `--token-file` is given.
 pub const TOKEN_ENV: &str = "COMPUTERD_TOKEN";

@@ -58,7 +58,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         create: args.db.symlink_metadata().is_err(),
         ..Options::default()
     };
-    let ws = Workspace::open(&args.db, options).map_err(crate::fs_cmd::vfs_err)?;
+    let ws = Workspace::open(&args.db, options).map_err(crate::fs_error::vfs_err)?;
     // `computerd fs DB` from other processes on this machine runs here.
     let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None)?;
     owner.offer(offer)?;
