@@ -4,7 +4,10 @@
 //! are copied as symlinks, and hard links stay hard links. Each file is its own mutation.
 //! Workspace paths are UTF-8: an import finds a name that is not before it writes
 //! anything, and fails, or with [`ImportOptions::skip_bad_names`] leaves it out and
-//! lists it.
+//! lists it. A new tree is built under a hidden name beside its destination
+//! ([`partial_name`]) and renamed into place when whole, so an import that fails or is
+//! killed leaves nothing at the destination (the next import of it removes what a
+//! killed one left); an import into a directory that exists merges into it in place.
 //! A progress callback sees totals counted up front, so callers can draw a bar.
 
 use std::collections::HashMap;
@@ -15,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
-use crate::fs::{join, Fs, MkdirOptions};
+use crate::fs::{join, Fs, MkdirOptions, RmOptions};
 use crate::types::{FileKind, InodeNo};
 
 const COPY_BUFFER: usize = 1 << 20;
@@ -131,11 +134,82 @@ pub fn import_with(
     if let (Some(bad), false) = (&totals.first_bad_name, options.skip_bad_names) {
         return Err(Error::invalid(BAD_NAME).at(&bad.display().to_string()));
     }
-    let mut state = Progress {
+    let state = Progress {
         files_total: totals.files,
         bytes_total: totals.bytes,
         ..Default::default()
     };
+    if fs.exists(dest)? {
+        // Into a directory that is there: merged in place (running it again after a
+        // failure copies everything again over what got there).
+        return copy_tree(fs, source, &meta, dest, state, progress);
+    }
+    // A new tree is built under a hidden name beside it and renamed into place at the
+    // end: an import that fails or is killed leaves no partial tree at `dest`.
+    let building = partial_name(dest);
+    let mode = meta.permissions().mode() & 0o7777;
+    fs.mkdir(
+        parent_of(dest),
+        MkdirOptions {
+            recursive: true,
+            mode: 0o755,
+        },
+    )?;
+    if fs.exists(&building)? {
+        // What a killed import left (one import at a time: the caller holds the database).
+        fs.rm(
+            &building,
+            RmOptions {
+                recursive: true,
+                force: true,
+            },
+        )?;
+    }
+    fs.mkdir(
+        &building,
+        MkdirOptions {
+            recursive: false,
+            mode,
+        },
+    )?;
+    let copied = copy_tree(fs, source, &meta, &building, state, progress)
+        .and_then(|summary| fs.rename(&building, dest).map(|()| summary));
+    if copied.is_err() {
+        let _ = fs.rm(
+            &building,
+            RmOptions {
+                recursive: true,
+                force: true,
+            },
+        );
+    }
+    copied
+}
+
+/// Where an import builds a new tree for `dest` before renaming it into place.
+pub fn partial_name(dest: &str) -> String {
+    let name = dest.rsplit('/').next().unwrap_or("");
+    join(parent_of(dest), &format!(".{name}.partial-import"))
+}
+
+/// The directory holding `path` (`/` for `/a`).
+fn parent_of(path: &str) -> &str {
+    match path.trim_end_matches('/').rfind('/') {
+        Some(0) | None => "/",
+        Some(at) => &path[..at],
+    }
+}
+
+/// Copies the host directory `source` (whose metadata is `meta`) into the workspace
+/// directory `dest`, made if missing.
+fn copy_tree(
+    fs: &Fs,
+    source: &Path,
+    meta: &fs::Metadata,
+    dest: &str,
+    mut state: Progress,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Summary> {
     let mut summary = Summary::default();
     fs.mkdir(
         dest,
@@ -146,7 +220,7 @@ pub fn import_with(
     )?;
     // (host device, host inode) -> workspace path, to keep hard links.
     let mut seen: HashMap<(u64, u64), String> = HashMap::new();
-    let mut dirs: Vec<(String, i64)> = vec![(dest.to_owned(), nanos(&meta))];
+    let mut dirs: Vec<(String, i64)> = vec![(dest.to_owned(), nanos(meta))];
     let mut stack: Vec<(PathBuf, String)> = vec![(source.to_path_buf(), dest.to_owned())];
     progress(&state);
     while let Some((host_dir, ws_dir)) = stack.pop() {
@@ -355,5 +429,75 @@ fn to_system_time(ns: i64) -> std::time::SystemTime {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)
     } else {
         UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Quota;
+    use crate::workspace::{Options, Workspace};
+
+    /// A host tree of `files` small files in one directory.
+    fn host_tree(files: usize) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        for i in 0..files {
+            fs::write(dir.path().join(format!("sub/{i}")), format!("{i}\n")).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_failed_import_of_a_new_tree_leaves_nothing() {
+        let host = host_tree(20);
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let fs = ws.fs();
+        // Room for a few nodes only: the import fails part of the way.
+        ws.set_quota(Quota {
+            bytes_max: None,
+            inodes_max: Some(8),
+        })
+        .unwrap();
+        let err = import(&fs, host.path(), "/a/in", &mut |_| {}).unwrap_err();
+        assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+        assert!(!fs.exists("/a/in").unwrap());
+        assert!(!fs.exists(&partial_name("/a/in")).unwrap());
+        ws.set_quota(Quota {
+            bytes_max: None,
+            inodes_max: None,
+        })
+        .unwrap();
+        let summary = import(&fs, host.path(), "/a/in", &mut |_| {}).unwrap();
+        assert_eq!(summary.files, 20);
+        assert_eq!(fs.read_file("/a/in/sub/7").unwrap(), b"7\n");
+        assert_eq!(fs.readdir("/a").unwrap().len(), 1, "only /a/in is left");
+    }
+
+    #[test]
+    fn a_leftover_of_a_killed_import_is_replaced() {
+        let host = host_tree(3);
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let fs = ws.fs();
+        let partial = partial_name("/in");
+        assert_eq!(partial, "/.in.partial-import");
+        fs.mkdir(&partial, MkdirOptions::default()).unwrap();
+        fs.write_file(&format!("{partial}/stale"), "old").unwrap();
+        import(&fs, host.path(), "/in", &mut |_| {}).unwrap();
+        assert!(!fs.exists(&partial).unwrap());
+        assert!(!fs.exists("/in/stale").unwrap());
+        assert_eq!(fs.readdir("/in/sub").unwrap().len(), 3);
+    }
+
+    #[test]
+    fn an_import_into_a_directory_that_is_there_merges() {
+        let host = host_tree(2);
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let fs = ws.fs();
+        fs.mkdir("/in", MkdirOptions::default()).unwrap();
+        fs.write_file("/in/mine", "mine").unwrap();
+        import(&fs, host.path(), "/in", &mut |_| {}).unwrap();
+        assert_eq!(fs.read_file("/in/mine").unwrap(), b"mine");
+        assert_eq!(fs.readdir("/in/sub").unwrap().len(), 2);
     }
 }
