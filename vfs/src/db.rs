@@ -431,9 +431,17 @@ impl Committer {
                         .batch
                         .as_ref()
                         .is_some_and(|b| b.started.elapsed() >= delay);
-                    if due || *done {
+                    if due && !*done {
+                        // A failure halts the writer, which reports it to every caller.
                         let _ = w.commit_batch();
                     }
+                }
+                // Stopped: the open batch commits now. This runs even when the stop came
+                // before the thread first looked at it (a command shorter than a
+                // scheduling slice, on a busy machine), which inside the loop it did not.
+                let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+                if let Err(err) = w.commit_batch() {
+                    tracing::error!("the last batch of changes did not commit at close: {err}");
                 }
             })
             .map_err(|e| Error::io("commit thread", e))?;

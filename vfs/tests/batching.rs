@@ -89,3 +89,27 @@ fn reads_inside_a_batch_see_every_mutation_before_them() {
     assert_eq!(ws.revision().unwrap().0, revision.0 + 2);
     assert_clean(&ws);
 }
+
+#[test]
+fn a_workspace_closed_at_once_commits_its_batch() {
+    // A `computerd fs import` of one file on a busy machine lost its whole batch: the
+    // workspace closed before the commit thread had first looked at its stop flag, and
+    // the thread then left without committing.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    let batched = || computer_vfs::Options {
+        commit_delay: Some(std::time::Duration::from_secs(60)),
+        ..computer_vfs::Options::default()
+    };
+    for i in 0..200 {
+        let ws = computer_vfs::Workspace::open(&db, batched()).unwrap();
+        ws.fs()
+            .mkdir(&format!("/d{i}"), computer_vfs::MkdirOptions::default())
+            .unwrap();
+    }
+    let ws = computer_vfs::Workspace::open(&db, computer_vfs::Options::default()).unwrap();
+    let missing: Vec<usize> = (0..200)
+        .filter(|i| !ws.fs().exists(&format!("/d{i}")).unwrap())
+        .collect();
+    assert!(missing.is_empty(), "lost at close: {missing:?}");
+}
