@@ -24,7 +24,8 @@ pub use crate::fs_args::{FsArgs, FsCommand};
 use crate::fs_error::{describe, describe_io, is_broken_pipe, report, StdoutError};
 use crate::fs_error::{out_err, vfs_err};
 use crate::fs_format::{
-    human_bytes, json_f64, json_string, kind_name, mode_string, parse_mode, parse_size, rfc3339_ns,
+    human_bytes, json_f64, json_string, kind_name, mode_string, parent_dir, parse_mode, parse_size,
+    rfc3339_ns,
 };
 use crate::fs_ls::{Hidden, LsOptions};
 use crate::fs_progress::{StepBar, TransferProgress};
@@ -59,15 +60,6 @@ fn ws_path(arg: &str) -> anyhow::Result<String> {
 fn base_name(path: &str) -> &str {
     let trimmed = path.trim_end_matches('/');
     trimmed.rsplit('/').next().unwrap_or(trimmed)
-}
-
-/// The directory holding a path's last component (`/a/b` -> `/a`, `/a` -> `/`).
-fn parent_dir(path: &str) -> &str {
-    let trimmed = path.trim_end_matches('/');
-    match trimmed.rfind('/') {
-        Some(0) | None => "/",
-        Some(at) => &trimmed[..at],
-    }
 }
 
 /// `dst`, or `dst/<name of src>` when `dst` is an existing directory (like mv, cp, ln).

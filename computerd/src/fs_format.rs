@@ -188,6 +188,15 @@ pub fn parse_mode(text: &str) -> Option<u32> {
     (mode <= 0o7777).then_some(mode)
 }
 
+/// The directory holding a path's last component (`/a/b` -> `/a`, `/a` -> `/`).
+pub fn parent_dir(path: &str) -> &str {
+    let trimmed = path.trim_end_matches('/');
+    match trimmed.rfind('/') {
+        Some(0) | None => "/",
+        Some(at) => &trimmed[..at],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use computer_vfs::{join, Attr, Error, FileKind, Fs};
 
 use crate::fs_error::{out_err, vfs_err};
-use crate::fs_format::{mode_string, short_time};
+use crate::fs_format::{mode_string, parent_dir, short_time};
 
 /// Which entries starting with `.` a listing shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,11 +116,7 @@ fn listing(fs: &Fs, dir: &str, options: &LsOptions) -> anyhow::Result<Vec<Row>> 
     let mut rows = Vec::with_capacity(entries.len() + 2);
     if options.hidden == Hidden::All {
         rows.push((b".".to_vec(), fs.stat(dir).map_err(vfs_err)?));
-        let parent = match dir.rfind('/') {
-            Some(0) | None => "/",
-            Some(at) => &dir[..at],
-        };
-        rows.push((b"..".to_vec(), fs.stat(parent).map_err(vfs_err)?));
+        rows.push((b"..".to_vec(), fs.stat(parent_dir(dir)).map_err(vfs_err)?));
     }
     for entry in entries {
         match ws.getattr(entry.ino) {

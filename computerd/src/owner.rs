@@ -56,6 +56,27 @@ pub enum Role {
     Command { name: String },
 }
 
+impl Role {
+    /// The role's word in the owner file and in `computerd status`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Role::Mount { replica: false, .. } => "mount",
+            Role::Mount { replica: true, .. } => "replica-mount",
+            Role::Serve { .. } => "serve",
+            Role::Command { .. } => "fs",
+        }
+    }
+
+    /// Where it answers: a mount point, an address, or a command's name.
+    pub fn at(&self) -> String {
+        match self {
+            Role::Mount { mountpoint, .. } => mountpoint.display().to_string(),
+            Role::Serve { address } => address.clone(),
+            Role::Command { name } => name.clone(),
+        }
+    }
+}
+
 /// Whether a holder still serves or is on its way out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -64,6 +85,17 @@ pub enum Phase {
     Serving,
     /// Unmounted or signalled: committing what is left before it exits.
     Finishing,
+}
+
+impl Phase {
+    /// The phase's word in the owner file and in `computerd status`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Serving => "serving",
+            Phase::Finishing => "finishing",
+        }
+    }
 }
 
 /// The local channel that runs file commands for the owner.
@@ -97,24 +129,13 @@ impl Holder {
 
     /// The owner file's text: one `key=value` per line.
     fn render(&self) -> String {
-        let mut out = format!("pid={}\n", self.pid);
-        match &self.role {
-            Role::Mount {
-                mountpoint,
-                replica,
-            } => {
-                let kind = if *replica { "replica-mount" } else { "mount" };
-                out += &format!("role={kind}\nat={}\n", mountpoint.display());
-            }
-            Role::Serve { address } => out += &format!("role=serve\nat={address}\n"),
-            Role::Command { name } => out += &format!("role=fs\nat={name}\n"),
-        }
-        let phase = match self.phase {
-            Phase::Starting => "starting",
-            Phase::Serving => "serving",
-            Phase::Finishing => "finishing",
-        };
-        out += &format!("phase={phase}\n");
+        let mut out = format!(
+            "pid={}\nrole={}\nat={}\nphase={}\n",
+            self.pid,
+            self.role.name(),
+            self.role.at(),
+            self.phase.name()
+        );
         if let Some(channel) = &self.channel {
             out += &format!(
                 "socket={}\ntoken={}\n",
@@ -141,12 +162,9 @@ impl Holder {
             "fs" => Role::Command { name: at },
             _ => return None,
         };
-        let phase = match field("phase")? {
-            "starting" => Phase::Starting,
-            "serving" => Phase::Serving,
-            "finishing" => Phase::Finishing,
-            _ => return None,
-        };
+        let phase = [Phase::Starting, Phase::Serving, Phase::Finishing]
+            .into_iter()
+            .find(|phase| Some(phase.name()) == field("phase"))?;
         let channel = match (field("socket"), field("token")) {
             (Some(socket), Some(token)) => Some(Channel {
                 socket: PathBuf::from(socket),

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use computer_vfs::{Options, Workspace};
 
 use crate::fs_format::json_string;
-use crate::owner::{self, Holder, Phase, Role};
+use crate::owner::{self, Holder, Role};
 use crate::registry;
 use crate::replica::SyncState;
 
@@ -77,31 +77,6 @@ fn store_state(db: &Path) -> Option<(u64, u64)> {
     Some((ws.revision().ok()?.0, ws.staged_files().ok()?))
 }
 
-fn role_name(role: &Role) -> &'static str {
-    match role {
-        Role::Mount { replica: false, .. } => "mount",
-        Role::Mount { replica: true, .. } => "replica-mount",
-        Role::Serve { .. } => "serve",
-        Role::Command { .. } => "fs",
-    }
-}
-
-fn at(role: &Role) -> String {
-    match role {
-        Role::Mount { mountpoint, .. } => mountpoint.display().to_string(),
-        Role::Serve { address } => address.clone(),
-        Role::Command { name } => name.clone(),
-    }
-}
-
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Starting => "starting",
-        Phase::Serving => "serving",
-        Phase::Finishing => "finishing",
-    }
-}
-
 fn sync_summary(sync: &SyncState) -> String {
     let mut text = if sync.field("replaced") == "1" {
         "replaced by another replica".to_owned()
@@ -136,10 +111,10 @@ fn table(running: &[Running]) -> String {
             };
             [
                 r.holder.pid.to_string(),
-                role_name(&r.holder.role).into(),
+                r.holder.role.name().into(),
                 r.db.display().to_string(),
-                at(&r.holder.role),
-                phase_name(r.holder.phase).into(),
+                r.holder.role.at(),
+                r.holder.phase.name().into(),
                 revision,
                 staged,
                 r.sync.as_ref().map_or("-".into(), sync_summary),
@@ -205,10 +180,10 @@ fn json(running: &[Running]) -> String {
                 "{{\"pid\":{},\"role\":\"{}\",\"database\":{},\"at\":{},\"phase\":\"{}\",\
                  \"revision\":{revision},\"staged_files\":{staged},\"sync\":{sync}}}",
                 r.holder.pid,
-                role_name(&r.holder.role),
+                r.holder.role.name(),
                 json_string(&r.db.display().to_string()),
-                json_string(&at(&r.holder.role)),
-                phase_name(r.holder.phase),
+                json_string(&r.holder.role.at()),
+                r.holder.phase.name(),
             )
         })
         .collect();

@@ -1140,8 +1140,8 @@ impl Db {
             return Err(Error::ReadOnly(Default::default()));
         }
         let bytes_before = self.file_bytes()?;
-        let (page_size, _, free_pages) = self.with_writer(|conn| compact::pages(conn))?;
-        let incremental = self.with_writer(|conn| compact::is_incremental(conn))?;
+        let ((page_size, _, free_pages), incremental) =
+            self.with_writer(|conn| Ok((compact::pages(conn)?, compact::is_incremental(conn)?)))?;
         let mut state = CompactProgress {
             free_bytes_at_start: free_pages.saturating_mul(page_size),
             freed_bytes: 0,
