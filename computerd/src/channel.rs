@@ -1,7 +1,7 @@
 //! The owner's channel: a Unix socket beside the database (`DB.owner.sock`, mode 0600)
 //! on which the process that owns a workspace (`owner.rs`) runs `computerd fs` commands
-//! for other processes, with the same `fs` calls `computerd serve` answers remote
-//! clients with, behind a token of its own that only the owner file tells.
+//! for other processes, with the same `fs` calls and file streams `computerd serve`
+//! answers remote clients with, behind a token of its own that only the owner file tells.
 //!
 //! A command run here is a change of the owner's own workspace: a mount takes it like a
 //! write through the kernel, so nothing of it is undone by the mount's staged files, and
@@ -12,14 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use computer_sync::files::{tell_changed, FileStreams};
 use computer_sync::rpc::{self, Address, FsOutput, ServeOptions, ServerSocket};
 use computer_sync::{AppliedObserver, Authority};
-use computer_vfs::{Cursor, Workspace};
+use computer_vfs::Workspace;
 
 use crate::owner::Channel;
 
-/// Entries read from the change log per page when telling the kernel what changed.
-const CHANGED_PATHS_PER_PAGE: usize = 4096;
 /// File commands run at once for other processes.
 const CONNECTIONS_MAX: usize = 16;
 
@@ -68,7 +67,8 @@ impl ChannelServer {
         let address = Address::Unix(socket.clone());
         let authority = Authority::new(ws.clone(), token.clone());
         let options = ServeOptions {
-            fs_handler: Some(fs_handler(ws, changed)),
+            fs_handler: Some(fs_handler(ws, changed.clone())),
+            files: Some(FileStreams { changed }),
             connections_max: CONNECTIONS_MAX,
             ..ServeOptions::default()
         };
@@ -149,30 +149,4 @@ fn fs_handler(ws: Workspace, changed: Option<AppliedObserver>) -> rpc::FsHandler
             status: run.status,
         }
     })
-}
-
-/// Every path changed after revision `before`, a page at a time.
-fn tell_changed(ws: &Workspace, before: computer_vfs::Revision, changed: &AppliedObserver) {
-    // An empty path is the end of its revision: everything after `before`.
-    let mut cursor = Cursor {
-        revision: before,
-        path: Vec::new(),
-    };
-    loop {
-        let page = match ws.changes_after(&cursor, CHANGED_PATHS_PER_PAGE, u64::MAX) {
-            Ok(page) => page,
-            Err(err) => {
-                tracing::warn!("reading what a file command changed: {err}");
-                return;
-            }
-        };
-        let paths: Vec<Vec<u8>> = page.entries.into_iter().map(|e| e.path).collect();
-        if !paths.is_empty() {
-            changed(&paths);
-        }
-        if page.complete {
-            return;
-        }
-        cursor = page.next;
-    }
 }

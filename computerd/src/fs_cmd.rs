@@ -45,7 +45,7 @@ pub struct Stdio<'a> {
 // ------------------------------------------------------------------------------- paths
 
 /// A workspace path from an argument: relative ones are taken from the root.
-fn ws_path(arg: &str) -> anyhow::Result<String> {
+pub(crate) fn ws_path(arg: &str) -> anyhow::Result<String> {
     if arg.is_empty() {
         return Err(anyhow!("'': invalid argument: empty path"));
     }
@@ -608,16 +608,13 @@ fn write(fs: &Fs, path: &str, append: bool, stdin: &mut dyn Read) -> anyhow::Res
             released.map_err(|e| vfs_err(e.at(path)))?;
         }
         _ => {
-            let mut writer = fs.create_write(path).map_err(vfs_err)?;
+            // Replaced whole once stdin ends: a write cut short leaves the old content.
+            let mut replacement = fs.create_replace(path).map_err(vfs_err)?;
             pump_stdin(stdin, |data| {
-                writer.write_all(data).map_err(|e| {
-                    vfs_err(Error::Io {
-                        path: ErrorPath::of(path),
-                        source: e,
-                    })
-                })
+                let end = replacement.size();
+                replacement.write_at(end, data).map_err(vfs_err)
             })?;
-            writer.finish().map_err(vfs_err)?;
+            replacement.commit().map_err(vfs_err)?;
         }
     }
     Ok(ExitCode::SUCCESS)

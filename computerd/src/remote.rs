@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
-use computer_sync::rpc::{self, Address};
-use computer_sync::wire::FS_STREAM_BYTES_MAX;
+use computer_sync::rpc::{self, Address, RemoteUpstream};
+use computer_sync::wire::FILE_PIECE_BYTES_MAX;
 use computer_sync::ClientInfo;
 
 use crate::fs_args::FsCommand;
@@ -103,29 +103,47 @@ pub fn fs_through_owner(
     run_at(&address, channel.token.as_bytes(), args, command)
 }
 
-/// Sends the command line `args` of `command` to the server at `address` and prints
-/// what it printed; exits with its status.
+/// Runs `command` on the server at `address`: `cat` and `write` through file streams
+/// (any size, in bounded memory), the others as their command line `args`, printing
+/// what the server printed. Exits with the command's status.
 fn run_at(
     address: &Address,
     token: &[u8],
     args: Vec<Vec<u8>>,
     command: &FsCommand,
 ) -> anyhow::Result<ExitCode> {
-    let stdin = if matches!(command, FsCommand::Write { .. }) {
-        read_stdin()?
-    } else {
-        Vec::new()
-    };
-    let output = rpc::run_local(async {
+    let ran = rpc::run_local(async {
         let (upstream, _) = rpc::connect(address, token, ClientInfo::default()).await?;
-        upstream.fs(&args, &stdin).await
+        match command {
+            FsCommand::Cat { paths } => cat(&upstream, paths).await,
+            FsCommand::Write { path, append } => write(&upstream, path, *append).await,
+            _ => command_line_at(&upstream, &args).await,
+        }
     })
-    .context("starting the client's event loop")?
-    .map_err(|err| match err {
-        // It names the address already.
-        computer_sync::Error::Disconnected { .. } => anyhow!("{err}"),
-        _ => anyhow!("{address}: {err}"),
-    })?;
+    .context("starting the client's event loop")?;
+    ran.map_err(|err| match err {
+        Failure::Sync(err @ computer_sync::Error::Disconnected { .. }) => anyhow!("{err}"),
+        Failure::Sync(err) => anyhow!("{address}: {err}"),
+        Failure::Local(err) => err,
+    })
+}
+
+/// Why a remote command could not finish: the server or the connection failed, or
+/// something on this side did (stdin, stdout).
+enum Failure {
+    Sync(computer_sync::Error),
+    Local(anyhow::Error),
+}
+
+impl From<computer_sync::Error> for Failure {
+    fn from(err: computer_sync::Error) -> Failure {
+        Failure::Sync(err)
+    }
+}
+
+/// Runs a command line on the server and prints what it printed.
+async fn command_line_at(upstream: &RemoteUpstream, args: &[Vec<u8>]) -> Result<ExitCode, Failure> {
+    let output = upstream.fs(args, &[]).await?;
     // A reader that went away (`| head`) is not an error of ours.
     let mut stdout = std::io::stdout().lock();
     let _ = stdout
@@ -135,22 +153,108 @@ fn run_at(
     Ok(ExitCode::from(u8::try_from(output.status).unwrap_or(1)))
 }
 
-/// Stdin for a remote `write`, within what one call carries.
-fn read_stdin() -> anyhow::Result<Vec<u8>> {
-    let mut stdin = Vec::new();
-    std::io::stdin()
-        .lock()
-        .take(FS_STREAM_BYTES_MAX as u64 + 1)
-        .read_to_end(&mut stdin)
-        .context("reading stdin")?;
-    if stdin.len() > FS_STREAM_BYTES_MAX {
-        bail!(
-            "stdin is larger than the {} MiB a remote write carries: mount a replica to \
-             write large files",
-            FS_STREAM_BYTES_MAX >> 20
-        );
+/// `cat`: each file streamed to stdout as it arrives. A path that fails is reported
+/// and the rest go on, as `cat` does locally.
+async fn cat(upstream: &RemoteUpstream, paths: &[String]) -> Result<ExitCode, Failure> {
+    let mut stdout = std::io::stdout().lock();
+    let mut failed = false;
+    for arg in paths {
+        let path = crate::fs_cmd::ws_path(arg).map_err(Failure::Local)?;
+        let mut reader = match upstream.open_read(&path).await {
+            Ok(reader) => reader,
+            Err(computer_sync::Error::File { message, .. }) => {
+                eprintln!("computerd: {message}");
+                failed = true;
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
+        while let Some(piece) = reader.next_piece().await? {
+            if let Err(err) = stdout.write_all(&piece) {
+                return quiet_if_closed(err);
+            }
+        }
     }
-    Ok(stdin)
+    if let Err(err) = stdout.flush() {
+        return quiet_if_closed(err);
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A closed stdout (`| head`) ends `cat` quietly; anything else is an error.
+fn quiet_if_closed(err: std::io::Error) -> Result<ExitCode, Failure> {
+    if err.kind() == std::io::ErrorKind::BrokenPipe {
+        return Ok(ExitCode::SUCCESS);
+    }
+    Err(Failure::Local(anyhow!(
+        "standard output: {}",
+        crate::fs_error::describe_io(&err)
+    )))
+}
+
+/// Pieces of stdin read ahead of the stream (each up to one protocol piece).
+const STDIN_PIECES_AHEAD: usize = 2;
+
+/// `write`: stdin streamed to the file. Without `--append` the file is replaced whole
+/// once stdin ends; a write cut short (the connection lost, this process killed) leaves
+/// it as it was.
+async fn write(upstream: &RemoteUpstream, path: &str, append: bool) -> Result<ExitCode, Failure> {
+    let path = crate::fs_cmd::ws_path(path).map_err(Failure::Local)?;
+    let mut writer = match upstream.open_write(&path, append).await {
+        Ok(writer) => writer,
+        Err(computer_sync::Error::File { message, .. }) => {
+            return Err(Failure::Local(anyhow!("{message}")))
+        }
+        Err(err) => return Err(err.into()),
+    };
+    // Stdin is read on a thread of its own: a slow producer must not stall the event
+    // loop that answers the calls in flight.
+    let (pieces, mut arriving) = tokio::sync::mpsc::channel(STDIN_PIECES_AHEAD);
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || read_stdin_into(pieces))
+        .map_err(|err| Failure::Local(anyhow!("starting to read stdin: {err}")))?;
+    while let Some(piece) = arriving.recv().await {
+        let piece = piece.map_err(Failure::Local)?;
+        writer.write(&piece).await.map_err(file_error)?;
+    }
+    writer.commit().await.map_err(file_error)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A store's refusal reads as the store's own one line; others name the server.
+fn file_error(err: computer_sync::Error) -> Failure {
+    match err {
+        computer_sync::Error::File { message, .. } => Failure::Local(anyhow!("{message}")),
+        other => Failure::Sync(other),
+    }
+}
+
+/// Sends stdin to `pieces` until its end or an error (sent too), or until the receiver
+/// is gone.
+fn read_stdin_into(pieces: tokio::sync::mpsc::Sender<anyhow::Result<Vec<u8>>>) {
+    let mut stdin = std::io::stdin().lock();
+    loop {
+        let mut piece = vec![0u8; FILE_PIECE_BYTES_MAX];
+        let n = match stdin.read(&mut piece) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                let err = anyhow!("standard input: {}", crate::fs_error::describe_io(&err));
+                let _ = pieces.blocking_send(Err(err));
+                return;
+            }
+        };
+        piece.truncate(n);
+        if pieces.blocking_send(Ok(piece)).is_err() {
+            return;
+        }
+    }
 }
 
 /// The file command's own arguments out of this process's command line (`args` without

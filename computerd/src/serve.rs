@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
+use computer_sync::files::FileStreams;
 use computer_sync::rpc::{self, Address, FsOutput, ServeOptions, ServerSocket};
 use computer_sync::Authority;
 use computer_vfs::{Options, Workspace};
@@ -74,6 +75,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         })),
         connections_max: args.connections_max,
+        files: Some(FileStreams::default()),
         ..ServeOptions::default()
     };
     let authority = Authority::new(ws.clone(), token);

@@ -433,3 +433,25 @@ fn quiet_says_no_more_than_results_and_errors() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not mounted"));
 }
+
+#[test]
+fn files_of_any_size_stream_through_the_owner() {
+    let m = Mount::new();
+    // Larger than the 24 MiB a command line's output may be: cat and write stream.
+    let big: Vec<u8> = (0..(40u64 << 20) + 3)
+        .map(|i| (i * 13 % 241) as u8)
+        .collect();
+    std::fs::write(m.path("through-mount"), &big).unwrap();
+    // Closed a moment ago, perhaps not ingested yet: the owner reads what the mount has.
+    assert!(fs_ok(&m.db, &["cat", "/through-mount"], b"") == big);
+    let mut reversed = big.clone();
+    reversed.reverse();
+    fs_ok(&m.db, &["write", "/through-owner"], &reversed);
+    assert!(std::fs::read(m.path("through-owner")).unwrap() == reversed);
+    // Replacing a file the mount has cached: the mount shows the new content at once.
+    fs_ok(&m.db, &["write", "/through-mount"], b"small now\n");
+    assert_eq!(
+        std::fs::read(m.path("through-mount")).unwrap(),
+        b"small now\n"
+    );
+}

@@ -36,19 +36,6 @@ fn server_file(server: &Server, path: &str) -> Option<Vec<u8>> {
     out.status.success().then_some(out.stdout)
 }
 
-/// The server's copy of a file too large for one `fs --remote` answer, read from its
-/// database beside the running server (SQLite lets readers in).
-fn server_big_file(server: &Server, path: &str) -> Vec<u8> {
-    let out = computerd([
-        std::ffi::OsStr::new("fs"),
-        server.db.as_os_str(),
-        std::ffi::OsStr::new("cat"),
-        std::ffi::OsStr::new(path),
-    ]);
-    assert!(out.status.success(), "{}", status(&out));
-    out.stdout
-}
-
 fn status(out: &std::process::Output) -> String {
     format!(
         "{:?}\nstdout: {}\nstderr: {}",
@@ -186,7 +173,7 @@ fn kill_9_of_the_replica_mid_transfer_loses_nothing_fsynced() {
     assert!(done.status.success(), "{}", status(&done));
     assert_eq!(server_file(&server, "/small").unwrap(), b"small\n");
     assert!(
-        server_big_file(&server, "/big") == big,
+        server_file(&server, "/big").as_deref() == Some(&big[..]),
         "the big file differs"
     );
     replica.unmount();
@@ -323,7 +310,7 @@ fn cutting_the_connection_in_the_middle_of_a_large_transfer() {
     let done = replica.sync(&["--timeout", "120"]);
     assert!(done.status.success(), "{}", status(&done));
     assert!(
-        server_big_file(&server, "/big") == big,
+        server_file(&server, "/big").as_deref() == Some(&big[..]),
         "the big file differs"
     );
     eprintln!(
@@ -498,4 +485,98 @@ fn writers_are_held_back_when_the_backlog_passes_its_bound() {
     assert!(done.status.success(), "{}", status(&done));
     assert_eq!(server_file(&server, "/after.txt").unwrap(), b"again");
     assert!(replica.daemon_log().contains("holding writers back"));
+}
+
+#[test]
+fn remote_cat_and_write_stream_files_of_any_size() {
+    let server = Server::start();
+    // Larger than one protocol message (64 MiB): it travels as a stream of pieces.
+    let big: Vec<u8> = (0..(65u64 << 20) + 7)
+        .map(|i| (i * 31 % 253) as u8)
+        .collect();
+    server.fs_ok(&["write", "/big"], &big);
+    let out = server.fs(&["cat", "/missing", "/big"], b"");
+    assert_eq!(out.status.code(), Some(1), "{}", status(&out));
+    assert!(out.stdout == big, "the file read back differs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "computerd: /missing: no such file or directory\n"
+    );
+    server.fs_ok(&["write", "--append", "/big"], b"tail");
+    let stat = String::from_utf8(server.fs_ok(&["stat", "--json", "/big"], b"")).unwrap();
+    assert!(
+        stat.contains(&format!("\"size\":{}", big.len() + 4)),
+        "{stat}"
+    );
+    // The head closes the pipe early: cat ends quietly.
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("fs")
+        .arg("--remote")
+        .arg(&server.address)
+        .arg("--token-file")
+        .arg(&server.token_file)
+        .args(["cat", "/big"]);
+    let script = format!(
+        "{} | head -c 10 | wc -c",
+        shell_words(cmd.get_program(), cmd.get_args())
+    );
+    let counted = sh(std::path::Path::new("/"), &script);
+    assert_eq!(counted.trim(), "10");
+    let dir = server.fs(&["write", "/"], b"x");
+    assert!(!dir.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&dir.stderr),
+        "computerd: /: is a directory\n"
+    );
+}
+
+/// A command line for `sh`, each word single-quoted.
+fn shell_words<'a>(
+    program: &'a std::ffi::OsStr,
+    args: impl Iterator<Item = &'a std::ffi::OsStr>,
+) -> String {
+    std::iter::once(program)
+        .chain(args)
+        .map(|w| format!("'{}'", w.to_string_lossy().replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn a_remote_write_cut_short_leaves_the_old_content() {
+    let server = Server::start();
+    server.fs_ok(&["write", "/f"], b"old\n");
+    let mut child = std::process::Command::new(BIN)
+        .arg("fs")
+        .arg("--remote")
+        .arg(&server.address)
+        .arg("--token-file")
+        .arg(&server.token_file)
+        .args(["write", "/f"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&vec![b'n'; 5 << 20]).unwrap();
+    stdin.flush().unwrap();
+    // The hidden replacement appears once the stream has begun.
+    let began = wait_for(Duration::from_secs(30), || {
+        let listing = server.fs_ok(&["ls", "-a", "/"], b"");
+        String::from_utf8_lossy(&listing)
+            .contains(".f.replace-")
+            .then_some(())
+    });
+    assert!(began.is_some(), "the write never began");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(stdin);
+    assert_eq!(server.fs_ok(&["cat", "/f"], b""), b"old\n");
+    // The server notices the closed connection and removes what the stream left.
+    let cleaned = wait_for(Duration::from_secs(30), || {
+        let listing = server.fs_ok(&["ls", "-a", "/"], b"");
+        (!String::from_utf8_lossy(&listing).contains(".f.replace-")).then_some(())
+    });
+    assert!(cleaned.is_some(), "the abandoned replacement stayed");
 }

@@ -38,4 +38,9 @@ fuzz_target!(|data: &[u8]| {
     check::<Vec<StoredBlock>>(data);
     check::<Vec<ChangeEntry>>(data);
     check::<Vec<Conflict>>(data);
+    // A file stream's path: what decodes is the same bytes, as a path.
+    if let Ok(path) = wire::file_path(data) {
+        assert_eq!(path.as_bytes(), data);
+        assert!(path.starts_with('/') && !path.contains('\0'));
+    }
 });

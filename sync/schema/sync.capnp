@@ -8,7 +8,7 @@
 @0xd6a3c9f0b2e47a15;
 
 # Bumped whenever a message or method changes meaning; peers that differ refuse to talk.
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;
 
 struct Cursor {
   revision @0 :UInt64;
@@ -113,6 +113,30 @@ interface Session {
   # Runs a `computerd fs` command on the served workspace: the same commands as against
   # a database, for tools and tests. Arguments as the command line has them.
   fs @7 (args :List(Data), stdin :Data) -> (stdout :Data, stderr :Data, status :Int32);
+
+  # Typed file streams (protocol version 2), in bounded memory whatever the file's size:
+  # the client moves a file in pieces of at most 1 MiB, each at an offset, so it may keep
+  # several calls in flight. Failures name the path and carry an errno (see rpc.rs).
+
+  # Opens the file at `path` (a final symlink followed) for reading.
+  openRead @8 (path :Data) -> (reader :FileReader, size :UInt64);
+  # Opens a stream to the file at `path`. Without `append` it replaces the file whole
+  # when committed, and a writer dropped before that leaves the file as it was; with
+  # `append` each piece lands after the end the file had when it was opened (created if
+  # missing), as it arrives.
+  openWrite @9 (path :Data, append :Bool) -> (writer :FileWriter);
+}
+
+interface FileReader {
+  # Up to `maxBytes` of the file from `offset`; fewer only at its end.
+  read @0 (offset :UInt64, maxBytes :UInt32) -> (data :Data);
+}
+
+interface FileWriter {
+  # Writes `data` at `offset` of the stream.
+  write @0 (offset :UInt64, data :Data) -> ();
+  # Puts what was written in place; returns the bytes written.
+  commit @1 () -> (size :UInt64);
 }
 
 interface Listener {

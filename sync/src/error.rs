@@ -50,9 +50,21 @@ pub enum Error {
     /// The local workspace failed.
     #[error(transparent)]
     Store(#[from] computer_vfs::Error),
+    /// A file operation on the server's workspace failed (a missing path, a directory
+    /// where a file was asked for, a full disk): what the store said, and its errno.
+    #[error("{message}")]
+    File { errno: i32, message: String },
 }
 
 impl Error {
+    /// A file operation's failure in the store, as it travels to the client.
+    pub(crate) fn file(error: &computer_vfs::Error) -> Error {
+        Error::File {
+            errno: error.errno(),
+            message: error.to_string(),
+        }
+    }
+
     pub(crate) fn malformed(what: &'static str, why: &'static str) -> Error {
         Error::Malformed { what, why }
     }
@@ -91,7 +103,8 @@ impl Error {
             | Error::TooLarge { .. }
             | Error::Capnp(_)
             | Error::Refused(_)
-            | Error::Replaced { .. } => false,
+            | Error::Replaced { .. }
+            | Error::File { .. } => false,
         }
     }
 
@@ -105,6 +118,7 @@ impl Error {
             Error::Disconnected { .. } => libc::ENOTCONN,
             Error::Remote(_) => libc::EIO,
             Error::Store(e) => e.errno(),
+            Error::File { errno, .. } => *errno,
         }
     }
 }

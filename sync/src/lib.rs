@@ -13,6 +13,7 @@
 
 pub mod authority;
 mod error;
+pub mod files;
 pub mod follow;
 pub mod replica;
 pub mod retry;

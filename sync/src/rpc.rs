@@ -30,6 +30,7 @@
 //! | `Replaced { .. }` | `replaced: {error}` | `Replaced` (peer and replica id are the client's own) |
 //! | `Malformed`, `TooLarge`, `Capnp` (the request broke a rule) | `rejected: {error}` | `Refused("the server rejected the request: {error}")` |
 //! | `Remote`, `Store`, `Disconnected` (the server failed) | `failed: {message}` | `Remote(message)` |
+//! | `File { errno, message }` (a file stream's path failed in the store) | `file: {errno}: {message}` | `File { errno, message }` |
 //!
 //! A reason without a known tag (capnp-rpc's own errors) becomes `Remote`. Whatever fails
 //! on the client's side of the connection (the socket closed or broke, no answer within
@@ -69,7 +70,9 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use crate::{wire, Authority};
 use crate::{ClientInfo, Error};
 
-pub use client::{connect, connect_with, ConnectOptions, RemoteUpstream};
+pub use client::{
+    connect, connect_with, ConnectOptions, RemoteFileReader, RemoteFileWriter, RemoteUpstream,
+};
 pub use server::{serve, FsHandler, FsOutput, ServeOptions, ServerSocket};
 
 /// Where a server listens and a client connects: `tcp:HOST:PORT` is TCP, anything else
@@ -185,6 +188,7 @@ const TAG_REFUSED: &str = "refused";
 const TAG_REPLACED: &str = "replaced";
 const TAG_REJECTED: &str = "rejected";
 const TAG_FAILED: &str = "failed";
+const TAG_FILE: &str = "file";
 
 /// What capnp-rpc puts before the reason of an exception that came from the peer.
 const REMOTE_EXCEPTION_PREFIX: &str = "remote exception: ";
@@ -199,6 +203,7 @@ fn exception(error: &Error) -> capnp::Error {
         }
         Error::Remote(why) => format!("{TAG_FAILED}: {why}"),
         Error::Disconnected { .. } | Error::Store(_) => format!("{TAG_FAILED}: {error}"),
+        Error::File { errno, message } => format!("{TAG_FILE}: {errno}: {message}"),
     };
     capnp::Error::failed(reason)
 }
@@ -228,6 +233,13 @@ fn call_error(error: capnp::Error, peer: &str, client: &ClientInfo) -> Error {
             Error::Refused(format!("the server rejected the request: {why}"))
         }
         Some((TAG_FAILED, why)) => Error::Remote(why.to_owned()),
+        Some((TAG_FILE, rest)) => match rest.split_once(": ") {
+            Some((errno, message)) if errno.parse::<i32>().is_ok_and(|e| e > 0) => Error::File {
+                errno: errno.parse().unwrap_or(libc::EIO),
+                message: message.to_owned(),
+            },
+            _ => Error::Remote(reason.to_owned()),
+        },
         _ => Error::Remote(reason.to_owned()),
     }
 }

@@ -801,6 +801,40 @@ pub(crate) fn read_fs_stream(what: &'static str, reader: data::Reader<'_>) -> Re
 }
 
 // ---------------------------------------------------------------------------------------
+// File streams (`openRead`, `openWrite`): a path, then pieces at offsets.
+
+/// Most bytes one `read` answers or one `write` carries: a stream of any size moves in
+/// pieces this large, a few in flight.
+pub const FILE_PIECE_BYTES_MAX: usize = 1 << 20;
+
+/// A file stream's path as the path API takes it: absolute, UTF-8, no NUL, at most
+/// [`PATH_BYTES_MAX`] bytes. Unlike a replicated entry's path it need not be canonical
+/// (`/a/./b` and `/a/../b` resolve in the store, as on the command line).
+pub fn file_path(bytes: &[u8]) -> Result<&str> {
+    const WHAT: &str = "file path";
+    check_len(WHAT, "bytes", bytes.len(), PATH_BYTES_MAX)?;
+    let path = std::str::from_utf8(bytes).map_err(|_| Error::malformed(WHAT, "not UTF-8"))?;
+    if !path.starts_with('/') {
+        return Err(Error::malformed(WHAT, "path is not absolute"));
+    }
+    if path.contains('\0') {
+        return Err(Error::malformed(WHAT, "path contains NUL"));
+    }
+    Ok(path)
+}
+
+/// A piece of a file stream (`what` names it), checked against [`FILE_PIECE_BYTES_MAX`].
+pub(crate) fn file_piece<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a [u8]> {
+    check_len(what, "bytes", bytes.len(), FILE_PIECE_BYTES_MAX)?;
+    Ok(bytes)
+}
+
+/// A piece's length as the protocol asks for it: at most [`FILE_PIECE_BYTES_MAX`].
+pub(crate) fn file_piece_len(max_bytes: u32) -> usize {
+    (max_bytes as usize).min(FILE_PIECE_BYTES_MAX)
+}
+
+// ---------------------------------------------------------------------------------------
 // Lists of calls. Writers take the list's initializer, called once the length is known to
 // be within its bound.
 

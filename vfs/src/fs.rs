@@ -361,6 +361,48 @@ impl Fs {
         })
     }
 
+    /// A stream that replaces a file whole, or not at all. The content goes to a hidden
+    /// file beside the target, renamed over it by [`Replacement::commit`]; a replacement
+    /// dropped before that (the writer died, the connection broke) is removed and leaves
+    /// the file as it was. A final symlink is followed (its target is replaced), an
+    /// existing file's permission bits are kept, and the path gets a new inode, as an
+    /// editor's save gives it: other hard links keep the old content.
+    pub fn create_replace(&self, path: &str) -> Result<Replacement> {
+        let resolved = self.resolve(path, true)?;
+        if resolved.name.is_empty() {
+            return Err(kind::IsDir().at(path));
+        }
+        let perm = match resolved.ino {
+            Some(ino) => {
+                let attr = self.ws.getattr(ino).map_err(|e| e.at(path))?;
+                if attr.is_dir() {
+                    return Err(kind::IsDir().at(path));
+                }
+                attr.perm
+            }
+            None => 0o644,
+        };
+        let temp_name = replacement_name(&resolved.name);
+        let (_, fh) = self
+            .ws
+            .create(
+                resolved.parent,
+                &temp_name,
+                self.owner(perm),
+                OpenFlags::WRITE,
+            )
+            .map_err(|e| e.at(path))?;
+        Ok(Replacement {
+            ws: self.ws.clone(),
+            fh: Some(fh),
+            parent: resolved.parent,
+            name: resolved.name,
+            temp_name,
+            size: 0,
+            path: path.to_owned(),
+        })
+    }
+
     /// Truncates or extends a file to `len` bytes.
     pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
         let ino = self.existing(path, true)?;
@@ -686,6 +728,24 @@ impl FileReader {
     pub fn size(&self) -> u64 {
         self.size
     }
+
+    /// Up to `len` bytes at `offset` (fewer only at the end), whatever the stream's
+    /// position: several may be asked for at once.
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let fh = self.fh.ok_or_else(kind::BadHandle)?;
+        let mut out = Vec::with_capacity(len.min(1 << 20));
+        while out.len() < len {
+            let piece = self
+                .ws
+                .read(fh, offset + out.len() as u64, len - out.len())
+                .map_err(|e| e.at(&self.path))?;
+            if piece.is_empty() {
+                break;
+            }
+            out.extend_from_slice(&piece);
+        }
+        Ok(out)
+    }
 }
 
 impl Read for FileReader {
@@ -769,6 +829,98 @@ impl Drop for FileWriter {
             if let Err(err) = self.ws.release(fh) {
                 tracing::warn!("failed to commit {}: {err}", self.path);
             }
+        }
+    }
+}
+
+/// The hidden name a [`Replacement`] of `name` is written under: unique among the
+/// replacements this process makes, so two at once never share one.
+fn replacement_name(name: &[u8]) -> Vec<u8> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let suffix = format!(".replace-{}-{serial}", std::process::id());
+    // The suffix must fit: a name at the limit loses bytes of its own, not the suffix.
+    let keep = name.len().min(store::NAME_MAX - 1 - suffix.len());
+    let mut temp = Vec::with_capacity(1 + keep + suffix.len());
+    temp.push(b'.');
+    temp.extend_from_slice(&name[..keep]);
+    temp.extend_from_slice(suffix.as_bytes());
+    debug_assert!(temp.len() <= store::NAME_MAX);
+    temp
+}
+
+/// A whole-file replacement in progress; see [`Fs::create_replace`]. Writes go to
+/// offsets of the new content (a stream's pieces may arrive in any order).
+pub struct Replacement {
+    ws: Workspace,
+    /// `None` once committed or abandoned.
+    fh: Option<FileHandle>,
+    parent: InodeNo,
+    name: Vec<u8>,
+    temp_name: Vec<u8>,
+    /// The end of the furthest write so far.
+    size: u64,
+    path: String,
+}
+
+impl Replacement {
+    /// Writes `data` at `offset` of the new content.
+    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let fh = self.fh.ok_or_else(kind::BadHandle)?;
+        let mut done = 0;
+        while done < data.len() {
+            let n = self
+                .ws
+                .write(fh, offset + done as u64, &data[done..])
+                .map_err(|e| e.at(&self.path))?;
+            assert!(n > 0, "a write that makes no progress would loop forever");
+            done += n;
+        }
+        self.size = self.size.max(offset + data.len() as u64);
+        Ok(())
+    }
+
+    /// Bytes of new content so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Puts the new content in place of the file, in one rename; returns its size.
+    pub fn commit(mut self) -> Result<u64> {
+        let fh = self.fh.take().expect("a replacement is committed once");
+        let flushed = self.ws.flush(fh);
+        let released = self.ws.release(fh);
+        let renamed = flushed.and(released).and_then(|()| {
+            self.ws.rename(
+                self.parent,
+                &self.temp_name,
+                self.parent,
+                &self.name,
+                RenameFlags::default(),
+            )
+        });
+        if let Err(err) = renamed {
+            self.remove_temp();
+            return Err(err.at(&self.path));
+        }
+        Ok(self.size)
+    }
+
+    fn remove_temp(&self) {
+        if let Err(err) = self.ws.unlink(self.parent, &self.temp_name) {
+            tracing::warn!(
+                "{}: cannot remove an abandoned replacement: {err}",
+                self.path
+            );
+        }
+    }
+}
+
+impl Drop for Replacement {
+    fn drop(&mut self) {
+        if let Some(fh) = self.fh.take() {
+            let _ = self.ws.release(fh);
+            self.remove_temp();
         }
     }
 }

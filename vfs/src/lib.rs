@@ -55,7 +55,9 @@ pub use chunker::{ChunkSizes, Chunker};
 pub use compact::{CompactProgress, CompactReport};
 pub use db::SCHEMA_VERSION;
 pub use error::{Error, ErrorPath, Result};
-pub use fs::{join, FileReader, FileWriter, Fs, MkdirOptions, RmOptions, SYMLINKS_MAX};
+pub use fs::{
+    join, FileReader, FileWriter, Fs, MkdirOptions, Replacement, RmOptions, SYMLINKS_MAX,
+};
 pub use gate::{Backlog, WriteGate};
 pub use ingest::IngestOutcome;
 pub use peers::{Applied, Conflict, PeerState};

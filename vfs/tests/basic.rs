@@ -239,3 +239,88 @@ fn a_version_1_database_gains_the_replication_tables() {
         .unwrap();
     assert_eq!(indexes, 2);
 }
+
+/// The names in `dir`, sorted.
+fn names(fs: &Fs, dir: &str) -> Vec<String> {
+    let mut names: Vec<String> = fs
+        .readdir(dir)
+        .unwrap()
+        .iter()
+        .map(|e| e.name_lossy())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_replacement_lands_whole_at_commit_and_keeps_the_mode() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    fs.write_file("/f", "old").unwrap();
+    fs.chmod("/f", 0o600).unwrap();
+    let new = random_bytes(3 << 20, 7);
+    let mut replacement = fs.create_replace("/f").unwrap();
+    // Pieces in any order: the second half first.
+    let half = new.len() / 2;
+    replacement.write_at(half as u64, &new[half..]).unwrap();
+    replacement.write_at(0, &new[..half]).unwrap();
+    assert_eq!(
+        fs.read_file("/f").unwrap(),
+        b"old",
+        "nothing shows before commit"
+    );
+    assert_eq!(replacement.commit().unwrap(), new.len() as u64);
+    assert_eq!(fs.read_file("/f").unwrap(), new);
+    assert_eq!(fs.stat("/f").unwrap().perm, 0o600);
+    assert_eq!(names(&fs, "/"), ["f"], "no hidden file is left");
+}
+
+#[test]
+fn a_dropped_replacement_leaves_the_file_and_nothing_else() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    fs.write_file("/f", "old").unwrap();
+    let mut replacement = fs.create_replace("/f").unwrap();
+    replacement.write_at(0, b"half of the new").unwrap();
+    drop(replacement);
+    assert_eq!(fs.read_file("/f").unwrap(), b"old");
+    assert_eq!(names(&fs, "/"), ["f"]);
+    // A new file that is never committed never appears.
+    drop(fs.create_replace("/g").unwrap());
+    assert_eq!(names(&fs, "/"), ["f"]);
+}
+
+#[test]
+fn a_replacement_follows_a_symlink_and_refuses_a_directory() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    fs.mkdir("/d", MkdirOptions::default()).unwrap();
+    fs.write_file("/d/target", "old").unwrap();
+    fs.symlink("d/target", "/link").unwrap();
+    let mut replacement = fs.create_replace("/link").unwrap();
+    replacement.write_at(0, b"new").unwrap();
+    replacement.commit().unwrap();
+    assert_eq!(
+        fs.readlink("/link").unwrap(),
+        "d/target",
+        "the link stays a link"
+    );
+    assert_eq!(fs.read_file("/d/target").unwrap(), b"new");
+    assert!(matches!(fs.create_replace("/d"), Err(Error::IsDir(_))));
+    assert!(matches!(fs.create_replace("/"), Err(Error::IsDir(_))));
+    assert!(matches!(
+        fs.create_replace("/missing/f"),
+        Err(Error::NotFound(_))
+    ));
+}
+
+#[test]
+fn a_replacement_of_a_name_at_the_limit_fits_its_hidden_name() {
+    let (_dir, ws) = workspace();
+    let fs = ws.fs();
+    let name = format!("/{}", "n".repeat(NAME_MAX));
+    let mut replacement = fs.create_replace(&name).unwrap();
+    replacement.write_at(0, b"x").unwrap();
+    replacement.commit().unwrap();
+    assert_eq!(fs.read_file(&name).unwrap(), b"x");
+}

@@ -357,6 +357,32 @@ impl Model {
         Ok(Out::Unit)
     }
 
+    /// `Fs::create_replace`: a new node with the old one's permission bits, renamed over
+    /// the path (a final symlink followed) if `commit`. Its hidden file is one more node
+    /// while it lives, so it needs room for one even when the old node goes after.
+    fn replace(&mut self, path: &str, bytes: &[u8], commit: bool) -> R<Out> {
+        let r = self.resolve(path, true)?;
+        if r.name.is_empty() {
+            return Err(libc::EISDIR);
+        }
+        let perm = match r.ino {
+            Some(ino) if self.is_dir(ino) => return Err(libc::EISDIR),
+            Some(ino) => self.node(ino).perm,
+            None => 0o644,
+        };
+        if self
+            .inodes_max
+            .is_some_and(|max| self.nodes.len() + 1 > max)
+        {
+            return Err(libc::ENOSPC);
+        }
+        if commit {
+            let ino = self.add(Body::File(bytes.to_vec()), perm);
+            self.entries_mut(r.parent).insert(r.name, ino);
+        }
+        Ok(Out::Unit)
+    }
+
     fn mkdir(&mut self, path: &str) -> R<Out> {
         let (parent, name) = self.for_create(path)?;
         let ino = self.add(Body::Dir(BTreeMap::new()), 0o755);
@@ -756,6 +782,10 @@ impl Model {
                 let bytes: Vec<u8> = pieces.iter().flat_map(|d| d.bytes()).collect();
                 self.write_file(path, &bytes)
             }
+            Cmd::Replace(path, pieces, commit) => {
+                let bytes: Vec<u8> = pieces.iter().flat_map(|d| d.bytes()).collect();
+                self.replace(path, &bytes, *commit)
+            }
             Cmd::BadHandle => Err(libc::EBADF),
             Cmd::SetXattr(path, name, value, mode) => self.set_xattr(path, name, value, *mode),
             Cmd::GetXattr(path, name) => self.get_xattr(path, name),
@@ -956,6 +986,8 @@ enum Cmd {
     HAllocate(usize, u64, u64, bool),
     /// `Fs::create_write`: a stream, written in pieces.
     CreateWrite(String, Vec<Data>),
+    /// `Fs::create_replace`, its pieces written in order, committed or dropped.
+    Replace(String, Vec<Data>, bool),
     BadHandle,
     SetXattr(String, String, Vec<u8>, XattrSet),
     GetXattr(String, String),
@@ -1245,6 +1277,19 @@ impl Real {
                 .map_err(errno),
             Cmd::HAllocate(h, offset, len, keep_size) => {
                 unit(ws.allocate(self.handles[*h], *offset, *len, *keep_size))
+            }
+            Cmd::Replace(path, pieces, commit) => {
+                let mut replacement = fs.create_replace(path).map_err(errno)?;
+                for piece in pieces {
+                    let end = replacement.size();
+                    replacement.write_at(end, &piece.bytes()).map_err(errno)?;
+                }
+                if *commit {
+                    unit(replacement.commit().map(drop))
+                } else {
+                    drop(replacement);
+                    Ok(Out::Unit)
+                }
             }
             Cmd::CreateWrite(path, pieces) => {
                 let mut writer = fs.create_write(path).map_err(errno)?;
@@ -1570,6 +1615,7 @@ enum Op {
     HCopyRange(u8, u32, u8, u32, u32),
     HAllocate(u8, u32, u32, bool),
     CreateWrite(P, Data, Data, Data),
+    Replace(P, Data, Data, bool),
     SetXattr(P, u8, u8, u8),
     GetXattr(P, u8),
     RemoveXattr(P, u8),
@@ -1737,6 +1783,7 @@ impl Op {
                 Cmd::HAllocate(h, offset, u64::from(len % 20_000), keep_size)
             }
             Op::CreateWrite(p, a, b, c) => Cmd::CreateWrite(p.resolve(model), vec![a, b, c]),
+            Op::Replace(p, a, b, commit) => Cmd::Replace(p.resolve(model), vec![a, b], commit),
             Op::SetXattr(p, name, value, mode) => Cmd::SetXattr(
                 p.resolve(model),
                 XATTRS[name as usize % 3].into(),
@@ -1829,6 +1876,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(h, o, l, k)| Op::HAllocate(h, o, l, k)),
         2 => (file_or_new(), data_strategy(), data_strategy(), data_strategy())
             .prop_map(|(p, a, b, c)| Op::CreateWrite(p, a, b, c)),
+        2 => (file_or_new(), data_strategy(), data_strategy(), prop::bool::weighted(0.8))
+            .prop_map(|(p, a, b, commit)| Op::Replace(p, a, b, commit)),
         2 => (any_path(), any::<u8>(), any::<u8>(), any::<u8>())
             .prop_map(|(p, n, v, m)| Op::SetXattr(p, n, v, m)),
         1 => (any_path(), any::<u8>()).prop_map(|(p, n)| Op::GetXattr(p, n)),

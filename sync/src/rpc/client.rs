@@ -1,6 +1,7 @@
 //! The connecting side: opens a connection, passes the gate, and makes the session's
 //! calls, each bounded in time, as an [`Upstream`].
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use tokio::task::{spawn_local, JoinHandle};
 
 use super::server::FsOutput;
 use super::{call_error, tcp_stream, unix_stream, Address, Reader, Writer};
-use crate::sync_capnp::{gate, listener, session};
+use crate::sync_capnp::{file_reader, file_writer, gate, listener, session};
 use crate::{wire, ClientInfo, Error, Result, ServerInfo, Upstream, PROTOCOL_VERSION};
 
 /// How long a client waits.
@@ -296,6 +297,183 @@ impl RemoteUpstream {
             stderr: wire::read_fs_stream("fs stderr", results.get_stderr()?)?,
             status: results.get_status(),
         })
+    }
+}
+
+impl RemoteUpstream {
+    /// Opens the file at `path` on the server's workspace (a final symlink followed) for
+    /// reading in pieces. Fails [`Error::File`] (with the store's errno) if it cannot.
+    pub async fn open_read(&self, path: &str) -> Result<RemoteFileReader> {
+        let mut request = self.session.open_read_request();
+        request
+            .get()
+            .set_path(wire::file_path(path.as_bytes())?.as_bytes());
+        let response = self.link.answer(request.send().promise).await?;
+        let results = response.get()?;
+        Ok(RemoteFileReader {
+            reader: results.get_reader()?,
+            link: self.link.clone(),
+            size: results.get_size(),
+            next_offset: 0,
+            ahead: VecDeque::new(),
+            at_end: false,
+        })
+    }
+
+    /// Opens a stream to the file at `path` on the server's workspace: without `append`
+    /// it replaces the file whole at [`RemoteFileWriter::commit`] (dropped before, it
+    /// leaves the file as it was); with `append` it adds past the file's current end
+    /// (created if missing).
+    pub async fn open_write(&self, path: &str, append: bool) -> Result<RemoteFileWriter> {
+        let mut request = self.session.open_write_request();
+        {
+            let mut params = request.get();
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_append(append);
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        Ok(RemoteFileWriter {
+            writer: response.get()?.get_writer()?,
+            link: self.link.clone(),
+            offset: 0,
+            ahead: VecDeque::new(),
+        })
+    }
+}
+
+/// Calls of one file stream in flight at once, so the next piece is read from the store
+/// while this one travels. Below the server's default of 4 calls per connection
+/// ([`super::ServeOptions::calls_per_connection_max`]).
+const PIECES_IN_FLIGHT: usize = 3;
+
+/// Waits for a piece's call; a task that ended without an answer lost its connection.
+async fn piece_answer<T>(link: &Link, call: JoinHandle<Result<T>>) -> Result<T> {
+    match call.await {
+        Ok(answer) => answer,
+        Err(error) => Err(Error::disconnected(
+            &link.peer,
+            format!("a file stream's call ended unanswered: {error}"),
+        )),
+    }
+}
+
+/// A file on a server, being read; see [`RemoteUpstream::open_read`]. Memory is
+/// [`PIECES_IN_FLIGHT`] pieces of [`wire::FILE_PIECE_BYTES_MAX`] whatever the file's
+/// size. Dropping it closes the file on the server.
+pub struct RemoteFileReader {
+    reader: file_reader::Client,
+    link: Rc<Link>,
+    size: u64,
+    next_offset: u64,
+    ahead: VecDeque<JoinHandle<Result<Vec<u8>>>>,
+    at_end: bool,
+}
+
+impl RemoteFileReader {
+    /// The file's size when it was opened.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The next piece of the file, `None` at its end. A file that grows while it is read
+    /// is read to its new end.
+    pub async fn next_piece(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.at_end {
+            return Ok(None);
+        }
+        while self.ahead.len() < PIECES_IN_FLIGHT {
+            self.ask_ahead();
+        }
+        let call = self.ahead.pop_front().expect("pieces were asked for above");
+        let piece = piece_answer(&self.link, call).await?;
+        if piece.len() < wire::FILE_PIECE_BYTES_MAX {
+            // The end: what was asked beyond it is empty.
+            self.at_end = true;
+            self.abort_ahead();
+        }
+        Ok((!piece.is_empty()).then_some(piece))
+    }
+
+    fn ask_ahead(&mut self) {
+        let mut request = self.reader.read_request();
+        {
+            let mut params = request.get();
+            params.set_offset(self.next_offset);
+            params.set_max_bytes(wire::FILE_PIECE_BYTES_MAX as u32);
+        }
+        self.next_offset += wire::FILE_PIECE_BYTES_MAX as u64;
+        let link = self.link.clone();
+        self.ahead.push_back(spawn_local(async move {
+            let response = link.answer(request.send().promise).await?;
+            let data = response.get()?.get_data()?;
+            Ok(wire::file_piece("file piece", data)?.to_vec())
+        }));
+    }
+
+    fn abort_ahead(&mut self) {
+        for call in self.ahead.drain(..) {
+            call.abort();
+        }
+    }
+}
+
+impl Drop for RemoteFileReader {
+    fn drop(&mut self) {
+        self.abort_ahead();
+    }
+}
+
+/// A stream to a file on a server; see [`RemoteUpstream::open_write`]. Memory is
+/// [`PIECES_IN_FLIGHT`] pieces whatever the file's size.
+pub struct RemoteFileWriter {
+    writer: file_writer::Client,
+    link: Rc<Link>,
+    /// Where the next byte goes in the stream.
+    offset: u64,
+    ahead: VecDeque<JoinHandle<Result<()>>>,
+}
+
+impl RemoteFileWriter {
+    /// Sends `data` as the stream's next bytes, waiting while [`PIECES_IN_FLIGHT`]
+    /// pieces are unanswered.
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        for piece in data.chunks(wire::FILE_PIECE_BYTES_MAX) {
+            if self.ahead.len() >= PIECES_IN_FLIGHT {
+                let call = self.ahead.pop_front().expect("the queue is full");
+                piece_answer(&self.link, call).await?;
+            }
+            let mut request = self.writer.write_request();
+            {
+                let mut params = request.get();
+                params.set_offset(self.offset);
+                params.set_data(piece);
+            }
+            self.offset += piece.len() as u64;
+            let link = self.link.clone();
+            self.ahead.push_back(spawn_local(async move {
+                link.answer(request.send().promise).await.map(drop)
+            }));
+        }
+        Ok(())
+    }
+
+    /// Waits for every piece, then puts the stream's content in place; returns the
+    /// bytes the stream wrote.
+    pub async fn commit(mut self) -> Result<u64> {
+        while let Some(call) = self.ahead.pop_front() {
+            piece_answer(&self.link, call).await?;
+        }
+        let request = self.writer.commit_request();
+        let response = self.link.answer(request.send().promise).await?;
+        Ok(response.get()?.get_size())
+    }
+}
+
+impl Drop for RemoteFileWriter {
+    fn drop(&mut self) {
+        for call in self.ahead.drain(..) {
+            call.abort();
+        }
     }
 }
 

@@ -21,7 +21,8 @@ use tokio::sync::Notify;
 use tokio::task::{spawn_local, JoinHandle, LocalSet};
 
 use super::{exception, tcp_stream, unix_stream, Address, Reader, Writer};
-use crate::sync_capnp::{gate, listener, session};
+use crate::files::{FileStreams, ReadStream, WriteStream};
+use crate::sync_capnp::{file_reader, file_writer, gate, listener, session};
 use crate::{wire, Authority, Error, PeerSession, Result};
 
 /// What a file command run by an `fs` call printed, and its exit status.
@@ -42,6 +43,11 @@ pub struct ServeOptions {
     /// Runs the `fs` calls; without one they fail with "this server runs no file
     /// commands".
     pub fs_handler: Option<FsHandler>,
+    /// Serves the file streams (`openRead`, `openWrite`); without it they fail with
+    /// "this server serves no file streams".
+    pub files: Option<FileStreams>,
+    /// File streams one connection may hold open; one more fails at once.
+    pub streams_per_connection_max: usize,
     /// Connections open at once; one more is closed as soon as it is accepted.
     pub connections_max: usize,
     /// Calls one connection may have in flight; one more fails at once (transiently).
@@ -60,6 +66,8 @@ impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             fs_handler: None,
+            files: None,
+            streams_per_connection_max: 16,
             connections_max: 64,
             calls_per_connection_max: 4,
             listeners_per_connection_max: 16,
@@ -202,6 +210,8 @@ struct Server {
 struct Connection {
     id: u64,
     calls: Cell<usize>,
+    /// File streams open.
+    streams: Cell<usize>,
     hello: Cell<Hello>,
     /// Fired when a hello opens a session: the connection may then stay.
     opened: Notify,
@@ -245,6 +255,7 @@ async fn run_connection(guard: ConnectionGuard, reader: Reader, writer: Writer) 
     let connection = Rc::new(Connection {
         id: guard.id,
         calls: Cell::new(0),
+        streams: Cell::new(0),
         hello: Cell::new(Hello::Waiting),
         opened: Notify::new(),
     });
@@ -292,6 +303,29 @@ impl Connection {
 impl Drop for CallSlot<'_> {
     fn drop(&mut self) {
         self.0.calls.set(self.0.calls.get().saturating_sub(1));
+    }
+}
+
+/// Counts a file stream open on its connection while it lives.
+struct StreamSlot(Rc<Connection>);
+
+impl StreamSlot {
+    fn take(connection: &Rc<Connection>, options: &ServeOptions) -> capnp::Result<StreamSlot> {
+        let open = connection.streams.get();
+        if open >= options.streams_per_connection_max {
+            return Err(exception(&Error::Refused(format!(
+                "{open} file streams are open on this connection, the most allowed: finish \
+                 one first"
+            ))));
+        }
+        connection.streams.set(open + 1);
+        Ok(StreamSlot(connection.clone()))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.streams.set(self.0.streams.get().saturating_sub(1));
     }
 }
 
@@ -564,6 +598,164 @@ impl session::Server for SessionServer {
             })
             .map_err(|error| exception(&error))?;
         out.set_status(output.status);
+        Ok(())
+    }
+
+    async fn open_read(
+        self: Rc<Self>,
+        params: session::OpenReadParams,
+        mut results: session::OpenReadResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        self.files()?;
+        let slot = StreamSlot::take(&self.connection, &self.server.options)?;
+        let path = decode(|| Ok(wire::file_path(params.get()?.get_path()?)?.to_owned()))?;
+        drop(params);
+        let ws = self.session.workspace().clone();
+        let (stream, size) = blocking(move || ReadStream::open(&ws, &path))
+            .await
+            .map_err(|error| exception(&error))?;
+        let reader: file_reader::Client = capnp_rpc::new_client(ReaderServer {
+            server: self.server.clone(),
+            stream: Arc::new(stream),
+            _slot: slot,
+        });
+        let mut out = results.get();
+        out.set_reader(reader);
+        out.set_size(size);
+        Ok(())
+    }
+
+    async fn open_write(
+        self: Rc<Self>,
+        params: session::OpenWriteParams,
+        mut results: session::OpenWriteResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let streams = self.files()?.clone();
+        let slot = StreamSlot::take(&self.connection, &self.server.options)?;
+        let (path, append) = decode(|| {
+            let params = params.get()?;
+            Ok((
+                wire::file_path(params.get_path()?)?.to_owned(),
+                params.get_append(),
+            ))
+        })?;
+        drop(params);
+        let ws = self.session.workspace().clone();
+        let stream = blocking(move || WriteStream::open(&ws, &path, append, &streams))
+            .await
+            .map_err(|error| exception(&error))?;
+        let writer: file_writer::Client = capnp_rpc::new_client(WriterServer {
+            server: self.server.clone(),
+            stream: Arc::new(stream),
+            _slot: slot,
+        });
+        results.get().set_writer(writer);
+        Ok(())
+    }
+}
+
+impl SessionServer {
+    /// How this server serves file streams, or the refusal if it serves none.
+    fn files(&self) -> capnp::Result<&FileStreams> {
+        self.server
+            .options
+            .files
+            .as_ref()
+            .ok_or_else(|| exception(&Error::Refused("this server serves no file streams".into())))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// File streams.
+
+struct ReaderServer {
+    server: Rc<Server>,
+    stream: Arc<ReadStream>,
+    _slot: StreamSlot,
+}
+
+impl file_reader::Server for ReaderServer {
+    async fn read(
+        self: Rc<Self>,
+        params: file_reader::ReadParams,
+        mut results: file_reader::ReadResults,
+    ) -> capnp::Result<()> {
+        let _slot = self._slot.0.begin_call(&self.server.options)?;
+        let (offset, len) = decode(|| {
+            let params = params.get()?;
+            Ok((
+                params.get_offset(),
+                wire::file_piece_len(params.get_max_bytes()),
+            ))
+        })?;
+        drop(params);
+        let stream = self.stream.clone();
+        let data = blocking(move || stream.read_at(offset, len))
+            .await
+            .map_err(|error| exception(&error))?;
+        results.get().set_data(&data);
+        Ok(())
+    }
+}
+
+struct WriterServer {
+    server: Rc<Server>,
+    stream: Arc<WriteStream>,
+    _slot: StreamSlot,
+}
+
+// A stream's last owner closes its file, which is work on the store (an abandoned
+// replacement is removed): off the event loop, where there is a runtime to run it.
+impl Drop for ReaderServer {
+    fn drop(&mut self) {
+        drop_off_the_loop(self.stream.clone());
+    }
+}
+
+impl Drop for WriterServer {
+    fn drop(&mut self) {
+        drop_off_the_loop(self.stream.clone());
+    }
+}
+
+fn drop_off_the_loop<T: Send + Sync + 'static>(last: Arc<T>) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn_blocking(move || drop(last));
+    }
+}
+
+impl file_writer::Server for WriterServer {
+    async fn write(
+        self: Rc<Self>,
+        params: file_writer::WriteParams,
+        _results: file_writer::WriteResults,
+    ) -> capnp::Result<()> {
+        let _slot = self._slot.0.begin_call(&self.server.options)?;
+        let (offset, data) = decode(|| {
+            let params = params.get()?;
+            let data = wire::file_piece("file piece", params.get_data()?)?.to_vec();
+            Ok((params.get_offset(), data))
+        })?;
+        drop(params);
+        let stream = self.stream.clone();
+        blocking(move || stream.write_at(offset, &data))
+            .await
+            .map_err(|error| exception(&error))
+    }
+
+    async fn commit(
+        self: Rc<Self>,
+        _params: file_writer::CommitParams,
+        mut results: file_writer::CommitResults,
+    ) -> capnp::Result<()> {
+        let _slot = self._slot.0.begin_call(&self.server.options)?;
+        let stream = self.stream.clone();
+        let size = blocking(move || stream.commit())
+            .await
+            .map_err(|error| exception(&error))?;
+        results.get().set_size(size);
         Ok(())
     }
 }

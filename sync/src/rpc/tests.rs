@@ -365,3 +365,143 @@ fn an_address_nobody_listens_on_cannot_be_connected_to() {
     );
     assert!(error.is_transient());
 }
+
+fn with_files() -> ServeOptions {
+    ServeOptions {
+        files: Some(crate::files::FileStreams::default()),
+        ..ServeOptions::default()
+    }
+}
+
+/// Reads the whole file at `path` through a stream.
+async fn read_all(upstream: &RemoteUpstream, path: &str) -> crate::Result<Vec<u8>> {
+    let mut reader = upstream.open_read(path).await?;
+    let mut out = Vec::new();
+    while let Some(piece) = reader.next_piece().await? {
+        out.extend_from_slice(&piece);
+    }
+    Ok(out)
+}
+
+#[test]
+fn files_larger_than_a_message_stream_both_ways() {
+    let server = TestServer::start(with_files());
+    // Larger than one message may be (64 MiB), in pieces that are not piece-aligned.
+    let big: Vec<u8> = (0..(70u64 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+    run_local(async {
+        let (upstream, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        let mut writer = upstream.open_write("/big", false).await.unwrap();
+        for part in big.chunks(3 << 20 | 12345) {
+            writer.write(part).await.unwrap();
+        }
+        assert_eq!(writer.commit().await.unwrap(), big.len() as u64);
+        let back = read_all(&upstream, "/big").await.unwrap();
+        assert!(back == big, "the file read back differs");
+        // Appending adds past the end, piece by piece.
+        let mut writer = upstream.open_write("/big", true).await.unwrap();
+        writer.write(b"tail").await.unwrap();
+        assert_eq!(writer.commit().await.unwrap(), 4);
+        let reader = upstream.open_read("/big").await.unwrap();
+        assert_eq!(reader.size(), big.len() as u64 + 4);
+    })
+    .unwrap();
+    let fs = server.workspace.fs();
+    assert_eq!(
+        fs.read_range("/big", big.len() as u64 - 2, 10).unwrap(),
+        [
+            big[big.len() - 2],
+            big[big.len() - 1],
+            b't',
+            b'a',
+            b'i',
+            b'l'
+        ]
+    );
+}
+
+#[test]
+fn a_write_stream_dropped_before_commit_leaves_the_file() {
+    let server = TestServer::start(with_files());
+    server.workspace.fs().write_file("/f", b"old").unwrap();
+    run_local(async {
+        let (upstream, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        let mut writer = upstream.open_write("/f", false).await.unwrap();
+        writer.write(&[1u8; 3 << 20]).await.unwrap();
+        drop(writer);
+        // The connection closing drops whatever the server still holds.
+        drop(upstream);
+    })
+    .unwrap();
+    let fs = server.workspace.fs();
+    // The server drops the stream on its own time: wait for the hidden file to go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fs.readdir("/").unwrap().len() > 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(fs.read_file("/f").unwrap(), b"old");
+    let names: Vec<String> = fs
+        .readdir("/")
+        .unwrap()
+        .iter()
+        .map(|e| e.name_lossy())
+        .collect();
+    assert_eq!(names, ["f"]);
+}
+
+#[test]
+fn file_stream_errors_carry_the_path_and_errno() {
+    let server = TestServer::start(with_files());
+    server
+        .workspace
+        .fs()
+        .mkdir("/d", Default::default())
+        .unwrap();
+    run_local(async {
+        let (upstream, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        let missing = upstream.open_read("/missing").await.err().unwrap();
+        assert_eq!(missing.errno(), libc::ENOENT, "{missing}");
+        assert_eq!(missing.to_string(), "/missing: no such file or directory");
+        let dir = upstream.open_write("/d", false).await.err().unwrap();
+        assert_eq!(dir.errno(), libc::EISDIR, "{dir}");
+        let relative = upstream.open_read("relative").await.err().unwrap();
+        assert!(matches!(relative, Error::Malformed { .. }), "{relative}");
+    })
+    .unwrap();
+}
+
+#[test]
+fn file_streams_are_bounded_per_connection_and_off_by_default() {
+    let server = TestServer::start(ServeOptions {
+        streams_per_connection_max: 2,
+        ..with_files()
+    });
+    server.workspace.fs().write_file("/f", b"x").unwrap();
+    run_local(async {
+        let (upstream, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        let first = upstream.open_read("/f").await.unwrap();
+        let _second = upstream.open_read("/f").await.unwrap();
+        let third = upstream.open_read("/f").await.err().unwrap();
+        assert!(matches!(third, Error::Refused(_)), "{third}");
+        drop(first);
+        // The server hears of the release with the next message; a few tries at most.
+        let mut reopened = upstream.open_read("/f").await;
+        for _ in 0..50 {
+            if reopened.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            reopened = upstream.open_read("/f").await;
+        }
+        assert!(reopened.is_ok(), "a closed stream's slot is free again");
+    })
+    .unwrap();
+    let plain_server = TestServer::start(ServeOptions::default());
+    run_local(async {
+        let (upstream, _) = connect(&plain_server.address, TOKEN, plain())
+            .await
+            .unwrap();
+        let refused = upstream.open_read("/f").await.err().unwrap();
+        assert!(matches!(refused, Error::Refused(_)), "{refused}");
+    })
+    .unwrap();
+}

@@ -216,7 +216,7 @@ fn disconnected(why: &str) -> Error {
 /// them, a transient failure, never their own store's error).
 fn across_the_wire(error: Error) -> Error {
     match error {
-        Error::Refused(_) | Error::Replaced { .. } | Error::Remote(_) => error,
+        Error::Refused(_) | Error::Replaced { .. } | Error::Remote(_) | Error::File { .. } => error,
         Error::Malformed { .. } | Error::TooLarge { .. } | Error::Capnp(_) => {
             Error::Refused(format!("the server rejected the request: {error}"))
         }

@@ -1,0 +1,246 @@
+//! Typed file streams on a served workspace (`openRead`, `openWrite` in the schema): the
+//! store's side of them, apart from the RPC glue in `rpc/server.rs`. Every call here is
+//! blocking work on the store, run off the event loop; every failure is an
+//! [`Error::File`] naming the path, with its errno.
+//!
+//! A read stream holds the file open, so it reads the content it opened even if the
+//! path is replaced meanwhile. A replacing write stream writes a hidden file beside the
+//! target and renames it over the target at commit ([`computer_vfs::Fs::create_replace`]):
+//! readers see the old content or the new, and a stream dropped before its commit (the
+//! client died, the connection broke) leaves the file as it was. An appending stream
+//! writes past the end the file had when it was opened, piece by piece as they arrive.
+
+use std::sync::Mutex;
+
+use computer_vfs::{Cursor, FileHandle, FileReader, OpenFlags, Replacement, Revision, Workspace};
+
+use crate::replica::AppliedObserver;
+use crate::{Error, Result};
+
+/// Entries read from the change log per page when telling what a stream changed.
+const CHANGED_PATHS_PER_PAGE: usize = 4096;
+
+/// How a server serves file streams.
+#[derive(Clone, Default)]
+pub struct FileStreams {
+    /// Told the paths each committed stream changed (a mount tells its kernel to forget
+    /// what it cached of them).
+    pub changed: Option<AppliedObserver>,
+}
+
+/// A file open for reading.
+pub(crate) struct ReadStream {
+    reader: FileReader,
+}
+
+impl ReadStream {
+    /// Opens `path`, following a final symlink; returns the stream and the file's size.
+    pub(crate) fn open(ws: &Workspace, path: &str) -> Result<(ReadStream, u64)> {
+        let reader = ws.fs().open_read(path).map_err(|e| Error::file(&e))?;
+        let size = reader.size();
+        Ok((ReadStream { reader }, size))
+    }
+
+    /// Up to `len` bytes at `offset`; fewer only at the file's end.
+    pub(crate) fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        self.reader
+            .read_at(offset, len)
+            .map_err(|e| Error::file(&e))
+    }
+}
+
+/// A file being written.
+pub(crate) struct WriteStream {
+    ws: Workspace,
+    path: String,
+    /// The workspace's revision when the stream opened: what it changed comes after.
+    before: Revision,
+    changed: Option<AppliedObserver>,
+    /// `None` once committed.
+    target: Mutex<Option<Target>>,
+}
+
+enum Target {
+    Replace(Replacement),
+    Append {
+        fh: FileHandle,
+        /// The file's size at open: piece offsets count from here.
+        base: u64,
+        /// Whether anything was written (so a drop must tell the observer).
+        wrote: bool,
+    },
+}
+
+impl WriteStream {
+    pub(crate) fn open(
+        ws: &Workspace,
+        path: &str,
+        append: bool,
+        streams: &FileStreams,
+    ) -> Result<WriteStream> {
+        let before = ws.revision().map_err(|e| Error::file(&e))?;
+        let target = if append {
+            open_append(ws, path)
+        } else {
+            ws.fs().create_replace(path).map(Target::Replace)
+        }
+        .map_err(|e| Error::file(&e))?;
+        Ok(WriteStream {
+            ws: ws.clone(),
+            path: path.to_owned(),
+            before,
+            changed: streams.changed.clone(),
+            target: Mutex::new(Some(target)),
+        })
+    }
+
+    /// Writes `data` at `offset` of the stream.
+    pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let mut target = lock(&self.target);
+        let written = match target.as_mut() {
+            None => Err(Error::Refused(format!(
+                "{}: the stream was committed already",
+                self.path
+            ))),
+            Some(Target::Replace(replacement)) => replacement
+                .write_at(offset, data)
+                .map_err(|e| Error::file(&e)),
+            Some(Target::Append { fh, base, wrote }) => {
+                *wrote = true;
+                write_all_at(&self.ws, *fh, *base + offset, data)
+                    .map_err(|e| Error::file(&e.at(&self.path)))
+            }
+        };
+        written
+    }
+
+    /// Puts what was written in place; returns the bytes written by the stream.
+    pub(crate) fn commit(&self) -> Result<u64> {
+        let target = lock(&self.target).take();
+        let committed = match target {
+            None => {
+                return Err(Error::Refused(format!(
+                    "{}: the stream was committed already",
+                    self.path
+                )))
+            }
+            Some(Target::Replace(replacement)) => replacement.commit(),
+            Some(Target::Append { fh, base, .. }) => self.finish_append(fh, base),
+        };
+        let size = committed.map_err(|e| Error::file(&e))?;
+        self.tell_changed();
+        Ok(size)
+    }
+
+    /// Closes an appending stream's file; returns the bytes it added.
+    fn finish_append(&self, fh: FileHandle, base: u64) -> computer_vfs::Result<u64> {
+        let flushed = self.ws.flush(fh);
+        let size = self
+            .ws
+            .handle_inode(fh)
+            .and_then(|ino| self.ws.getattr(ino))
+            .map(|attr| attr.size.saturating_sub(base));
+        let released = self.ws.release(fh);
+        flushed
+            .and(released)
+            .and(size)
+            .map_err(|e| e.at(&self.path))
+    }
+
+    fn tell_changed(&self) {
+        if let Some(changed) = &self.changed {
+            tell_changed(&self.ws, self.before, changed);
+        }
+    }
+}
+
+impl Drop for WriteStream {
+    fn drop(&mut self) {
+        // A replacement drops its hidden file itself; what an appending stream wrote
+        // stays, so a mount must hear of it.
+        if let Some(Target::Append { fh, wrote, .. }) = lock(&self.target).take() {
+            if let Err(err) = self.ws.release(fh) {
+                tracing::warn!("{}: closing an abandoned append: {err}", self.path);
+            }
+            if wrote {
+                self.tell_changed();
+            }
+        }
+    }
+}
+
+/// Opens `path` (created empty if missing, a final symlink followed) to write past its
+/// current end.
+fn open_append(ws: &Workspace, path: &str) -> computer_vfs::Result<Target> {
+    let fs = ws.fs();
+    let attr = match fs.stat(path) {
+        Ok(attr) => attr,
+        Err(computer_vfs::Error::NotFound(_)) => {
+            fs.append(path, [])?;
+            fs.stat(path)?
+        }
+        Err(err) => return Err(err),
+    };
+    if attr.is_dir() {
+        return Err(computer_vfs::Error::IsDir(computer_vfs::ErrorPath::of(
+            path,
+        )));
+    }
+    let fh = ws
+        .open_file(attr.ino, OpenFlags::WRITE)
+        .map_err(|e| e.at(path))?;
+    Ok(Target::Append {
+        fh,
+        base: attr.size,
+        wrote: false,
+    })
+}
+
+fn write_all_at(
+    ws: &Workspace,
+    fh: FileHandle,
+    offset: u64,
+    data: &[u8],
+) -> computer_vfs::Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        let n = ws.write(fh, offset + done as u64, &data[done..])?;
+        assert!(n > 0, "a write that makes no progress would loop forever");
+        done += n;
+    }
+    Ok(())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding it left the target as it was between two calls: usable.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Tells `changed` every path changed after revision `before`, a page of the change log
+/// at a time.
+pub fn tell_changed(ws: &Workspace, before: Revision, changed: &AppliedObserver) {
+    // An empty path is the start of its revision: everything after `before`.
+    let mut cursor = Cursor {
+        revision: before,
+        path: Vec::new(),
+    };
+    loop {
+        let page = match ws.changes_after(&cursor, CHANGED_PATHS_PER_PAGE, u64::MAX) {
+            Ok(page) => page,
+            Err(err) => {
+                tracing::warn!("reading what a file operation changed: {err}");
+                return;
+            }
+        };
+        let paths: Vec<Vec<u8>> = page.entries.into_iter().map(|e| e.path).collect();
+        if !paths.is_empty() {
+            changed(&paths);
+        }
+        if page.complete {
+            return;
+        }
+        cursor = page.next;
+    }
+}
