@@ -23,7 +23,7 @@ pub struct FsArgs {
     pub command: FsCommand,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 pub enum FsCommand {
     /// List directories (or show entries), as ls(1) does.
     #[command(disable_help_flag = true)]
@@ -229,6 +229,25 @@ impl FsCommand {
             .find(|c: char| !c.is_ascii_alphanumeric())
             .unwrap_or(debug.len());
         debug[..end].to_ascii_lowercase()
+    }
+
+    /// Whether the command is file operations and nothing else (`fs_files::Files`): it
+    /// runs the same against a database here and through a server's typed calls.
+    pub fn is_file_operation(&self) -> bool {
+        matches!(
+            self,
+            FsCommand::Ls { .. }
+                | FsCommand::Mkdir { .. }
+                | FsCommand::Rm { .. }
+                | FsCommand::Mv { .. }
+                | FsCommand::Cp { .. }
+                | FsCommand::Ln { .. }
+                | FsCommand::Stat { .. }
+                | FsCommand::Find { .. }
+                | FsCommand::Grep { .. }
+                | FsCommand::Chmod { .. }
+                | FsCommand::Truncate { .. }
+        )
     }
 
     /// Whether the command changes the workspace (and so may create the database).

@@ -23,6 +23,7 @@ use computer_vfs::{
 pub use crate::fs_args::{FsArgs, FsCommand};
 use crate::fs_error::{describe, describe_io, is_broken_pipe, report, StdoutError};
 use crate::fs_error::{out_err, vfs_err};
+use crate::fs_files::Files;
 use crate::fs_format::{
     human_bytes, json_f64, json_string, kind_name, mode_string, parent_dir, parse_mode, parse_size,
     rfc3339_ns,
@@ -63,9 +64,9 @@ fn base_name(path: &str) -> &str {
 }
 
 /// `dst`, or `dst/<name of src>` when `dst` is an existing directory (like mv, cp, ln).
-fn into_dir(fs: &Fs, src: &str, dst: String) -> String {
-    match fs.stat(&dst) {
-        Ok(attr) if attr.is_dir() && !base_name(src).is_empty() => join(&dst, base_name(src)),
+fn into_dir(files: &dyn Files, src: &str, dst: String) -> String {
+    match files.node(&dst, true) {
+        Ok(node) if node.attr.is_dir() && !base_name(src).is_empty() => join(&dst, base_name(src)),
         _ => dst,
     }
 }
@@ -193,12 +194,39 @@ pub fn run_on(
     stdio: &mut Stdio<'_>,
     progress: bool,
 ) -> anyhow::Result<ExitCode> {
-    // grep(1) exits 1 for "no match", so its errors exit 2.
-    let error_code = match command {
+    let error_code = error_code(&command);
+    let result = fs.and_then(|fs| dispatch(&fs, command, stdio, progress));
+    settle(result, error_code, stdio)
+}
+
+/// Runs a file operation command (`FsCommand::is_file_operation`) on `files`, with the
+/// exit codes and error lines of [`run_on`].
+pub fn run_file_operation(
+    files: &dyn Files,
+    command: FsCommand,
+    stdio: &mut Stdio<'_>,
+) -> anyhow::Result<ExitCode> {
+    let error_code = error_code(&command);
+    let result = file_operation(files, command, stdio);
+    settle(result, error_code, stdio)
+}
+
+/// The exit status of a failed command: grep(1) exits 1 for "no match", so its errors
+/// exit 2.
+fn error_code(command: &FsCommand) -> u8 {
+    match command {
         FsCommand::Grep { .. } => 2,
         _ => 1,
-    };
-    let result = fs.and_then(|fs| dispatch(&fs, command, stdio, progress));
+    }
+}
+
+/// A command's result as its caller takes it: a closed stdout is no failure, and an
+/// error with its own exit code is reported here.
+fn settle(
+    result: anyhow::Result<ExitCode>,
+    error_code: u8,
+    stdio: &mut Stdio<'_>,
+) -> anyhow::Result<ExitCode> {
     match result {
         Ok(code) => Ok(code),
         Err(err) if is_broken_pipe(&err) => Ok(ExitCode::SUCCESS),
@@ -291,119 +319,8 @@ fn dispatch(
     progress: bool,
 ) -> anyhow::Result<ExitCode> {
     match command {
-        FsCommand::Ls {
-            long,
-            all,
-            almost_all,
-            human_readable,
-            recursive,
-            help: _,
-            paths,
-        } => {
-            let options = LsOptions {
-                long,
-                hidden: if all {
-                    Hidden::All
-                } else if almost_all {
-                    Hidden::AlmostAll
-                } else {
-                    Hidden::None
-                },
-                human: human_readable,
-                recursive,
-            };
-            let paths = paths
-                .iter()
-                .map(|p| ws_path(p))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            crate::fs_ls::ls(fs, &paths, &options, stdio.stdout, stdio.stderr)
-        }
         FsCommand::Cat { paths } => cat(fs, &paths, stdio),
         FsCommand::Write { path, append } => write(fs, &ws_path(&path)?, append, stdio.stdin),
-        FsCommand::Mkdir {
-            parents,
-            mode,
-            paths,
-        } => {
-            let mode = match mode {
-                Some(text) => mode_arg(&text)?,
-                None => 0o755,
-            };
-            let options = MkdirOptions {
-                recursive: parents,
-                mode,
-            };
-            each(&paths, stdio.stderr, |path| {
-                fs.mkdir(path, options).map_err(vfs_err)
-            })
-        }
-        FsCommand::Rm {
-            recursive,
-            force,
-            paths,
-        } => {
-            let options = RmOptions { recursive, force };
-            each(&paths, stdio.stderr, |path| {
-                fs.rm(path, options).map_err(vfs_err)
-            })
-        }
-        FsCommand::Mv { src, dst } => {
-            let src = ws_path(&src)?;
-            let dst = into_dir(fs, &src, ws_path(&dst)?);
-            fs.rename(&src, &dst).map_err(vfs_err)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        FsCommand::Cp {
-            recursive,
-            src,
-            dst,
-        } => cp(fs, &ws_path(&src)?, ws_path(&dst)?, recursive),
-        FsCommand::Ln {
-            symbolic,
-            target,
-            link,
-        } => {
-            if target.is_empty() {
-                return Err(anyhow!("'': invalid argument: empty link target"));
-            }
-            let link = into_dir(fs, &target, ws_path(&link)?);
-            if symbolic {
-                fs.symlink(&target, &link).map_err(vfs_err)?;
-            } else {
-                fs.link(&ws_path(&target)?, &link).map_err(vfs_err)?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        FsCommand::Stat {
-            dereference,
-            json,
-            paths,
-        } => stat(fs, &paths, dereference, json, stdio),
-        FsCommand::Find { pattern } => {
-            let found = fs.glob(&ws_path(&pattern)?).map_err(vfs_err)?;
-            let mut out = BufWriter::new(&mut *stdio.stdout);
-            for path in found {
-                writeln!(out, "{path}").map_err(out_err)?;
-            }
-            out.flush().map_err(out_err)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        FsCommand::Grep {
-            ignore_case,
-            extended_regexp,
-            include,
-            max_count,
-            pattern,
-            path,
-        } => {
-            let options = GrepOptions {
-                regex: extended_regexp,
-                ignore_case,
-                max_matches: max_count,
-                include,
-            };
-            grep(fs, &pattern, &ws_path(&path)?, &options, stdio.stdout)
-        }
         FsCommand::Import {
             host_dir,
             path,
@@ -443,24 +360,6 @@ fn dispatch(
             stdio.stderr,
         ),
         FsCommand::Stats { json } => stats(fs.workspace(), json, stdio.stdout),
-        FsCommand::Chmod { mode, paths } => {
-            let mode = mode_arg(&mode)?;
-            each(&paths, stdio.stderr, |path| {
-                fs.chmod(path, mode).map_err(vfs_err)
-            })
-        }
-        FsCommand::Truncate {
-            size,
-            no_create,
-            paths,
-        } => {
-            let size = parse_size(&size).ok_or_else(|| {
-                anyhow!("{size}: invalid size (expected bytes, optionally with K, M, G or T)")
-            })?;
-            each(&paths, stdio.stderr, |path| {
-                truncate(fs, path, size, !no_create)
-            })
-        }
         FsCommand::Tree { path } => {
             let mut out = BufWriter::new(&mut *stdio.stdout);
             crate::fs_walk::tree(fs, &ws_path(&path)?, &mut out)?;
@@ -478,6 +377,143 @@ fn dispatch(
             out.flush().map_err(out_err)?;
             Ok(ExitCode::SUCCESS)
         }
+        file_op => file_operation(fs, file_op, stdio),
+    }
+}
+
+/// The commands that are file operations and nothing else, written once against
+/// [`Files`]: the same here and through a server.
+fn file_operation(
+    files: &dyn Files,
+    command: FsCommand,
+    stdio: &mut Stdio<'_>,
+) -> anyhow::Result<ExitCode> {
+    debug_assert!(command.is_file_operation(), "{} is not", command.name());
+    match command {
+        FsCommand::Ls {
+            long,
+            all,
+            almost_all,
+            human_readable,
+            recursive,
+            help: _,
+            paths,
+        } => {
+            let options = LsOptions {
+                long,
+                hidden: if all {
+                    Hidden::All
+                } else if almost_all {
+                    Hidden::AlmostAll
+                } else {
+                    Hidden::None
+                },
+                human: human_readable,
+                recursive,
+            };
+            let paths = paths
+                .iter()
+                .map(|p| ws_path(p))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            crate::fs_ls::ls(files, &paths, &options, stdio.stdout, stdio.stderr)
+        }
+        FsCommand::Mkdir {
+            parents,
+            mode,
+            paths,
+        } => {
+            let mode = match mode {
+                Some(text) => mode_arg(&text)?,
+                None => 0o755,
+            };
+            let options = MkdirOptions {
+                recursive: parents,
+                mode,
+            };
+            each(&paths, stdio.stderr, |path| Ok(files.mkdir(path, options)?))
+        }
+        FsCommand::Rm {
+            recursive,
+            force,
+            paths,
+        } => {
+            let options = RmOptions { recursive, force };
+            each(&paths, stdio.stderr, |path| Ok(files.rm(path, options)?))
+        }
+        FsCommand::Mv { src, dst } => {
+            let src = ws_path(&src)?;
+            let dst = into_dir(files, &src, ws_path(&dst)?);
+            files.rename(&src, &dst)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FsCommand::Cp {
+            recursive,
+            src,
+            dst,
+        } => cp(files, &ws_path(&src)?, ws_path(&dst)?, recursive),
+        FsCommand::Ln {
+            symbolic,
+            target,
+            link,
+        } => {
+            if target.is_empty() {
+                return Err(anyhow!("'': invalid argument: empty link target"));
+            }
+            let link = into_dir(files, &target, ws_path(&link)?);
+            if symbolic {
+                files.symlink(&target, &link)?;
+            } else {
+                files.link(&ws_path(&target)?, &link)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FsCommand::Stat {
+            dereference,
+            json,
+            paths,
+        } => stat(files, &paths, dereference, json, stdio),
+        FsCommand::Find { pattern } => {
+            let found = files.glob(&ws_path(&pattern)?)?;
+            let mut out = BufWriter::new(&mut *stdio.stdout);
+            for path in found {
+                writeln!(out, "{path}").map_err(out_err)?;
+            }
+            out.flush().map_err(out_err)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FsCommand::Grep {
+            ignore_case,
+            extended_regexp,
+            include,
+            max_count,
+            pattern,
+            path,
+        } => {
+            let options = GrepOptions {
+                regex: extended_regexp,
+                ignore_case,
+                max_matches: max_count,
+                include,
+            };
+            grep(files, &pattern, &ws_path(&path)?, &options, stdio.stdout)
+        }
+        FsCommand::Chmod { mode, paths } => {
+            let mode = mode_arg(&mode)?;
+            each(&paths, stdio.stderr, |path| Ok(files.chmod(path, mode)?))
+        }
+        FsCommand::Truncate {
+            size,
+            no_create,
+            paths,
+        } => {
+            let size = parse_size(&size).ok_or_else(|| {
+                anyhow!("{size}: invalid size (expected bytes, optionally with K, M, G or T)")
+            })?;
+            each(&paths, stdio.stderr, |path| {
+                truncate(files, path, size, !no_create)
+            })
+        }
+        other => Err(anyhow!("{}: not a file operation", other.name())),
     }
 }
 
@@ -620,10 +656,10 @@ fn write(fs: &Fs, path: &str, append: bool, stdin: &mut dyn Read) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-fn cp(fs: &Fs, src: &str, dst: String, recursive: bool) -> anyhow::Result<ExitCode> {
-    let src_attr = fs.stat(src).map_err(vfs_err)?;
-    let dst = into_dir(fs, src, dst);
-    match fs.lstat(&dst) {
+fn cp(files: &dyn Files, src: &str, dst: String, recursive: bool) -> anyhow::Result<ExitCode> {
+    let src_attr = files.node(src, true)?.attr;
+    let dst = into_dir(files, src, dst);
+    match files.node(&dst, false).map(|node| node.attr) {
         Ok(dst_attr) if dst_attr.ino == src_attr.ino => {
             Err(anyhow!("{src} and {dst} are the same file"))
         }
@@ -634,22 +670,22 @@ fn cp(fs: &Fs, src: &str, dst: String, recursive: bool) -> anyhow::Result<ExitCo
                 parent_dir(&dst),
                 &format!(".{}.cp-{}", base_name(&dst), std::process::id()),
             );
-            fs.copy(src, &temp, false).map_err(vfs_err)?;
-            if let Err(e) = fs.rename(&temp, &dst) {
-                let _ = fs.rm(&temp, RmOptions::default());
-                return Err(vfs_err(e));
+            files.copy(src, &temp, false)?;
+            if let Err(e) = files.rename(&temp, &dst) {
+                let _ = files.rm(&temp, RmOptions::default());
+                return Err(e.into());
             }
             Ok(ExitCode::SUCCESS)
         }
         _ => {
-            fs.copy(src, &dst, recursive).map_err(vfs_err)?;
+            files.copy(src, &dst, recursive)?;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
 fn stat(
-    fs: &Fs,
+    files: &dyn Files,
     paths: &[String],
     follow: bool,
     json: bool,
@@ -658,17 +694,11 @@ fn stat(
     let mut out = BufWriter::new(&mut *stdio.stdout);
     let mut first = true;
     let code = each(paths, stdio.stderr, |path| {
-        let attr = if follow {
-            fs.stat(path)
-        } else {
-            fs.lstat(path)
-        }
-        .map_err(vfs_err)?;
-        let target = if attr.kind == FileKind::Symlink {
-            Some(fs.readlink(path).map_err(vfs_err)?)
-        } else {
-            None
-        };
+        let node = files.node(path, follow)?;
+        let attr = node.attr;
+        let target = node
+            .target
+            .map(|t| String::from_utf8_lossy(&t).into_owned());
         if json {
             let line = stat_json(path, &attr, target.as_deref());
             return writeln!(out, "{line}").map_err(out_err);
@@ -740,13 +770,13 @@ fn stat_json(path: &str, attr: &Attr, target: Option<&str>) -> String {
 }
 
 fn grep(
-    fs: &Fs,
+    files: &dyn Files,
     pattern: &str,
     path: &str,
     options: &GrepOptions,
     stdout: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
-    let matches = fs.grep(pattern, path, options).map_err(vfs_err)?;
+    let matches = files.grep(pattern, path, options)?;
     let mut out = BufWriter::new(stdout);
     for m in &matches {
         writeln!(out, "{}:{}:{}", m.path, m.line_number, m.line).map_err(out_err)?;
@@ -759,11 +789,13 @@ fn grep(
     })
 }
 
-fn truncate(fs: &Fs, path: &str, size: u64, create: bool) -> anyhow::Result<()> {
-    if create && !fs.exists(path).map_err(vfs_err)? {
-        fs.write_file(path, []).map_err(vfs_err)?;
+fn truncate(files: &dyn Files, path: &str, size: u64, create: bool) -> anyhow::Result<()> {
+    match files.node(path, true) {
+        Err(err) if create && err.is_not_found() => files.create_empty(path)?,
+        Err(err) if !err.is_not_found() => return Err(err.into()),
+        _ => {}
     }
-    fs.truncate(path, size).map_err(vfs_err)
+    Ok(files.truncate(path, size)?)
 }
 
 /// `imported 3 files, 1 directory, ... 1.2 MiB (1234567 bytes) in 0.52 s (2.37 MB/s)`.

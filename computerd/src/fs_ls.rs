@@ -6,9 +6,10 @@
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
 
-use computer_vfs::{join, Attr, Error, FileKind, Fs};
+use computer_vfs::{join, Attr, FileKind};
 
-use crate::fs_error::{out_err, vfs_err};
+use crate::fs_error::out_err;
+use crate::fs_files::Files;
 use crate::fs_format::{mode_string, parent_dir, short_time};
 
 /// Which entries starting with `.` a listing shows.
@@ -29,23 +30,23 @@ pub struct LsOptions {
     pub recursive: bool,
 }
 
-/// One row: the name as shown and the attributes of what it names.
-type Row = (Vec<u8>, Attr);
+/// One row: the name as shown, the attributes of what it names, and a symlink's target.
+type Row = (Vec<u8>, Attr, Option<Vec<u8>>);
 
 pub fn ls(
-    fs: &Fs,
+    files: &dyn Files,
     paths: &[String],
     options: &LsOptions,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let mut failed = false;
-    let mut files: Vec<Row> = Vec::new();
+    let mut file_rows: Vec<Row> = Vec::new();
     let mut dirs: Vec<String> = Vec::new();
     for path in paths {
-        match shown_attr(fs, path, options.long) {
-            Ok(attr) if attr.is_dir() => dirs.push(path.clone()),
-            Ok(attr) => files.push((path.as_bytes().to_vec(), attr)),
+        match shown_node(files, path, options.long) {
+            Ok((attr, _)) if attr.is_dir() => dirs.push(path.clone()),
+            Ok((attr, target)) => file_rows.push((path.as_bytes().to_vec(), attr, target)),
             Err(err) => {
                 let _ = writeln!(stderr, "computerd: {err}");
                 failed = true;
@@ -53,9 +54,9 @@ pub fn ls(
         }
     }
     let mut out = BufWriter::new(stdout);
-    let headings = options.recursive || files.len() + dirs.len() > 1;
-    write_rows(fs, &mut out, &files, options)?;
-    let mut first = files.is_empty();
+    let headings = options.recursive || file_rows.len() + dirs.len() > 1;
+    write_rows(&mut out, &file_rows, options)?;
+    let mut first = file_rows.is_empty();
     // Depth first, in name order, as ls -R goes.
     let mut pending: Vec<String> = dirs.into_iter().rev().collect();
     while let Some(dir) = pending.pop() {
@@ -66,18 +67,18 @@ pub fn ls(
         if headings {
             writeln!(out, "{dir}:").map_err(out_err)?;
         }
-        match listing(fs, &dir, options) {
+        match listing(files, &dir, options) {
             Ok(rows) => {
                 if options.long {
-                    let blocks: u64 = rows.iter().map(|(_, a)| a.blocks_512()).sum();
+                    let blocks: u64 = rows.iter().map(|(_, a, _)| a.blocks_512()).sum();
                     writeln!(out, "total {}", blocks.div_ceil(2)).map_err(out_err)?;
                 }
-                write_rows(fs, &mut out, &rows, options)?;
+                write_rows(&mut out, &rows, options)?;
                 if options.recursive {
                     let below = rows
                         .iter()
-                        .filter(|(name, attr)| attr.is_dir() && name != b"." && name != b"..")
-                        .map(|(name, _)| join(&dir, &String::from_utf8_lossy(name)));
+                        .filter(|(name, attr, _)| attr.is_dir() && name != b"." && name != b"..")
+                        .map(|(name, _, _)| join(&dir, &String::from_utf8_lossy(name)));
                     pending.extend(below.collect::<Vec<_>>().into_iter().rev());
                 }
             }
@@ -96,45 +97,45 @@ pub fn ls(
     })
 }
 
-/// The attributes `ls` shows for `path`: like ls(1), `ls -l link` shows the link itself
-/// and `ls link` (or `link/`) what it points to.
-fn shown_attr(fs: &Fs, path: &str, long: bool) -> anyhow::Result<Attr> {
-    let lattr = fs.lstat(path).map_err(vfs_err)?;
+/// The attributes `ls` shows for `path`, and its target if that is a symlink: like
+/// ls(1), `ls -l link` shows the link itself and `ls link` (or `link/`) what it points to.
+fn shown_node(
+    files: &dyn Files,
+    path: &str,
+    long: bool,
+) -> anyhow::Result<(Attr, Option<Vec<u8>>)> {
+    let node = files.node(path, false)?;
     let follow = !long || path.ends_with('/');
-    if lattr.kind == FileKind::Symlink && follow {
-        return fs.stat(path).map_err(vfs_err);
+    if node.attr.kind == FileKind::Symlink && follow {
+        let followed = files.node(path, true)?;
+        return Ok((followed.attr, followed.target));
     }
-    Ok(lattr)
+    Ok((node.attr, node.target))
 }
 
 /// The entries of directory `dir` that `options` show, sorted by name.
-fn listing(fs: &Fs, dir: &str, options: &LsOptions) -> anyhow::Result<Vec<Row>> {
-    let ws = fs.workspace();
-    let mut entries = fs.readdir(dir).map_err(vfs_err)?;
-    entries.retain(|e| options.hidden != Hidden::None || !e.name.starts_with(b"."));
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows = Vec::with_capacity(entries.len() + 2);
+fn listing(files: &dyn Files, dir: &str, options: &LsOptions) -> anyhow::Result<Vec<Row>> {
+    let mut items = files.list(dir)?;
+    items.retain(|e| options.hidden != Hidden::None || !e.name.starts_with(b"."));
+    items.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rows = Vec::with_capacity(items.len() + 2);
     if options.hidden == Hidden::All {
-        rows.push((b".".to_vec(), fs.stat(dir).map_err(vfs_err)?));
-        rows.push((b"..".to_vec(), fs.stat(parent_dir(dir)).map_err(vfs_err)?));
+        rows.push((b".".to_vec(), files.node(dir, true)?.attr, None));
+        rows.push((
+            b"..".to_vec(),
+            files.node(parent_dir(dir), true)?.attr,
+            None,
+        ));
     }
-    for entry in entries {
-        match ws.getattr(entry.ino) {
-            Ok(attr) => rows.push((entry.name, attr)),
-            // Removed since the listing: not there any more.
-            Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(vfs_err(e.at(&join(dir, &entry.name_lossy())))),
-        }
-    }
+    rows.extend(
+        items
+            .into_iter()
+            .map(|item| (item.name, item.node.attr, item.node.target)),
+    );
     Ok(rows)
 }
 
-fn write_rows(
-    fs: &Fs,
-    out: &mut dyn Write,
-    rows: &[Row],
-    options: &LsOptions,
-) -> anyhow::Result<()> {
+fn write_rows(out: &mut dyn Write, rows: &[Row], options: &LsOptions) -> anyhow::Result<()> {
     let size = |a: &Attr| {
         if options.human {
             human_size(a.size)
@@ -142,12 +143,12 @@ fn write_rows(
             a.size.to_string()
         }
     };
-    let width = |f: &dyn Fn(&Attr) -> String| rows.iter().map(|(_, a)| f(a).len()).max();
+    let width = |f: &dyn Fn(&Attr) -> String| rows.iter().map(|(_, a, _)| f(a).len()).max();
     let nlink_w = width(&|a| a.nlink.to_string()).unwrap_or(1);
     let uid_w = width(&|a| a.uid.to_string()).unwrap_or(1);
     let gid_w = width(&|a| a.gid.to_string()).unwrap_or(1);
     let size_w = width(&size).unwrap_or(1);
-    for (name, attr) in rows {
+    for (name, attr, target) in rows {
         if options.long {
             write!(
                 out,
@@ -162,13 +163,9 @@ fn write_rows(
             .map_err(out_err)?;
         }
         out.write_all(name).map_err(out_err)?;
-        if options.long && attr.kind == FileKind::Symlink {
-            let target = fs
-                .workspace()
-                .readlink(attr.ino)
-                .map_err(|e| vfs_err(e.at(&String::from_utf8_lossy(name))))?;
+        if let (true, Some(target)) = (options.long && attr.kind == FileKind::Symlink, target) {
             out.write_all(b" -> ").map_err(out_err)?;
-            out.write_all(&target).map_err(out_err)?;
+            out.write_all(target).map_err(out_err)?;
         }
         out.write_all(b"\n").map_err(out_err)?;
     }

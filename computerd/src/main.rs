@@ -10,6 +10,7 @@ mod channel;
 mod fs_args;
 mod fs_cmd;
 mod fs_error;
+mod fs_files;
 mod fs_format;
 mod fs_ls;
 mod fs_progress;
@@ -21,6 +22,8 @@ mod mount;
 mod mounts;
 mod notice;
 mod owner;
+#[cfg(test)]
+mod owner_model;
 mod poll;
 mod registry;
 mod remote;

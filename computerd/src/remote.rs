@@ -9,11 +9,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context};
-use computer_sync::rpc::{self, Address, RemoteUpstream};
+use computer_sync::rpc::{Address, RemoteUpstream};
 use computer_sync::wire::FILE_PIECE_BYTES_MAX;
-use computer_sync::ClientInfo;
 
 use crate::fs_args::FsCommand;
+use crate::fs_cmd::Stdio;
+use crate::fs_files::{connection_error, RemoteFiles};
 
 /// The environment variable holding the token when no `--token-file` is given.
 pub const TOKEN_ENV: &str = "COMPUTERD_TOKEN";
@@ -103,27 +104,40 @@ pub fn fs_through_owner(
     run_at(&address, channel.token.as_bytes(), args, command)
 }
 
-/// Runs `command` on the server at `address`: `cat` and `write` through file streams
-/// (any size, in bounded memory), the others as their command line `args`, printing
-/// what the server printed. Exits with the command's status.
+/// Runs `command` on the server at `address`: file operations through its typed calls
+/// (`fs_files.rs`), `cat` and `write` through file streams (any size, in bounded memory),
+/// the others as their command line `args`, printing what the server printed. Exits
+/// with the command's status.
 fn run_at(
     address: &Address,
     token: &[u8],
     args: Vec<Vec<u8>>,
     command: &FsCommand,
 ) -> anyhow::Result<ExitCode> {
-    let ran = rpc::run_local(async {
-        let (upstream, _) = rpc::connect(address, token, ClientInfo::default()).await?;
+    let files = RemoteFiles::connect(address, token)?;
+    if command.is_file_operation() {
+        let (mut stdin, mut stdout, mut stderr) = (
+            std::io::stdin().lock(),
+            std::io::stdout(),
+            std::io::stderr(),
+        );
+        let mut stdio = Stdio {
+            stdin: &mut stdin,
+            stdout: &mut stdout,
+            stderr: &mut stderr,
+        };
+        return crate::fs_cmd::run_file_operation(&files, command.clone(), &mut stdio);
+    }
+    let upstream = files.upstream();
+    let ran = files.block_on(async {
         match command {
-            FsCommand::Cat { paths } => cat(&upstream, paths).await,
-            FsCommand::Write { path, append } => write(&upstream, path, *append).await,
-            _ => command_line_at(&upstream, &args).await,
+            FsCommand::Cat { paths } => cat(upstream, paths).await,
+            FsCommand::Write { path, append } => write(upstream, path, *append).await,
+            _ => command_line_at(upstream, &args).await,
         }
-    })
-    .context("starting the client's event loop")?;
+    });
     ran.map_err(|err| match err {
-        Failure::Sync(err @ computer_sync::Error::Disconnected { .. }) => anyhow!("{err}"),
-        Failure::Sync(err) => anyhow!("{address}: {err}"),
+        Failure::Sync(err) => connection_error(address, err),
         Failure::Local(err) => err,
     })
 }

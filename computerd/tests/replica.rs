@@ -580,3 +580,62 @@ fn a_remote_write_cut_short_leaves_the_old_content() {
     });
     assert!(cleaned.is_some(), "the abandoned replacement stayed");
 }
+
+#[test]
+fn file_commands_print_the_same_through_a_server_as_on_its_database() {
+    let server = Server::start();
+    for args in [
+        &["mkdir", "-p", "-m", "750", "/p/q"][..],
+        &["truncate", "-s", "3K", "/p/q/three"],
+        &["ln", "-s", "q/three", "/p/link"],
+        &["ln", "/p/q/three", "/p/hard"],
+        &["cp", "/p/q/three", "/p/copy"],
+        &["mv", "/p/copy", "/p/q"],
+        &["chmod", "600", "/p/q/copy"],
+        &["mkdir", "/p/.hidden"],
+    ] {
+        server.fs_ok(args, b"");
+    }
+    server.fs_ok(
+        &["write", "/p/notes.txt"],
+        b"alpha\nneedle one\nbeta\nNEEDLE two\n",
+    );
+    // Read commands on a served database run here, beside the server.
+    let local = |args: &[&str]| {
+        let mut all = vec![std::ffi::OsStr::new("fs"), server.db.as_os_str()];
+        all.extend(args.iter().map(std::ffi::OsStr::new));
+        computerd(all)
+    };
+    for args in [
+        &["ls", "-laR", "/"][..],
+        &["ls", "-lh", "/p/link", "/p/q", "/p/notes.txt", "/missing"],
+        &["ls", "-A", "/p"],
+        &["stat", "/p/link", "/p/q/copy", "/missing"],
+        &["stat", "-L", "--json", "/p/link"],
+        &["find", "/p/**"],
+        &["grep", "-i", "needle", "/"],
+        &["grep", "-m", "1", "needle", "/p"],
+        &["grep", "absent", "/"],
+    ] {
+        let remote = server.fs(args, b"");
+        let here = local(args);
+        assert_eq!(
+            (remote.status.code(), &remote.stdout, &remote.stderr),
+            (here.status.code(), &here.stdout, &here.stderr),
+            "{args:?}: remote {}\nlocal {}",
+            status(&remote),
+            status(&here)
+        );
+    }
+    // What the mutations did, seen from the database.
+    let listing = String::from_utf8(local(&["ls", "-l", "/p/q"]).stdout).unwrap();
+    assert!(listing.contains("-rw------- 1 "), "{listing}");
+    assert!(listing.contains(" 3072 "), "{listing}");
+    // Mutations fail as they do here, naming the path.
+    let out = server.fs(&["mkdir", "/p/q"], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "computerd: /p/q: file exists\n"
+    );
+}

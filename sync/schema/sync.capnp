@@ -125,6 +125,60 @@ interface Session {
   # `append` each piece lands after the end the file had when it was opened (created if
   # missing), as it arrives.
   openWrite @9 (path :Data, append :Bool) -> (writer :FileWriter);
+
+  # Typed file operations (protocol version 2): what `computerd fs` does, one path
+  # operation a call, each answer bounded. Paths as for the streams.
+
+  # A node's attributes (`follow`: a final symlink followed).
+  stat @10 (path :Data, follow :Bool) -> (node :Node);
+  # A directory's entries with their attributes, at most `maxEntries` (and 4096) after
+  # the position `after` (0: the start); `next` is where the following page starts.
+  list @11 (path :Data, after :UInt64, maxEntries :UInt32) -> (entries :List(DirItem), next :UInt64, complete :Bool);
+  mkdir @12 (path :Data, parents :Bool, perm :UInt32) -> ();
+  remove @13 (path :Data, recursive :Bool, force :Bool) -> ();
+  # rename(2): an existing target is replaced at once.
+  rename @14 (from :Data, to :Data) -> ();
+  # A copy sharing the source's blocks; the target must not exist.
+  copy @15 (from :Data, to :Data, recursive :Bool) -> ();
+  symlink @16 (target :Data, path :Data) -> ();
+  link @17 (existing :Data, path :Data) -> ();
+  chmod @18 (path :Data, perm :UInt32) -> ();
+  truncate @19 (path :Data, size :UInt64) -> ();
+  # The paths matching an absolute glob, at most `maxPaths` (and 65536) and 16 MiB;
+  # `complete` is false if more matched.
+  glob @20 (pattern :Data, maxPaths :UInt32) -> (paths :List(Data), complete :Bool);
+  # Lines matching `pattern` in the files below `path`, at most `maxMatches` (and 65536)
+  # and 16 MiB; `include` (a glob on file names) may be empty.
+  grep @21 (pattern :Data, path :Data, regex :Bool, ignoreCase :Bool, maxMatches :UInt32, include :Data) -> (matches :List(GrepMatch), complete :Bool);
+}
+
+# A node as `stat` and `list` give it.
+struct Node {
+  # st_mode: the kind's S_IFMT bits and the permission bits.
+  mode @0 :UInt32;
+  ino @1 :UInt64;
+  nlink @2 :UInt32;
+  uid @3 :UInt32;
+  gid @4 :UInt32;
+  size @5 :UInt64;
+  atime @6 :Int64;
+  mtime @7 :Int64;
+  ctime @8 :Int64;
+  rdev @9 :UInt32;
+  revision @10 :UInt64;
+  # A symlink's target; empty for other kinds.
+  target @11 :Data;
+}
+
+struct DirItem {
+  name @0 :Data;
+  node @1 :Node;
+}
+
+struct GrepMatch {
+  path @0 :Data;
+  lineNumber @1 :UInt64;
+  line @2 :Data;
 }
 
 interface FileReader {

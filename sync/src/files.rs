@@ -244,3 +244,109 @@ pub fn tell_changed(ws: &Workspace, before: Revision, changed: &AppliedObserver)
         cursor = page.next;
     }
 }
+
+// ------------------------------------------------------------------ typed operations
+
+/// Runs one typed file operation on the store (blocking work); if it may change the
+/// tree (`changes`), tells the observer what it changed, failed or not (a recursive
+/// remove may have removed part of a tree before it failed).
+pub(crate) fn run_op<T>(
+    ws: &Workspace,
+    streams: &FileStreams,
+    changes: bool,
+    op: impl FnOnce(&computer_vfs::Fs) -> computer_vfs::Result<T>,
+) -> Result<T> {
+    let before = match (changes, &streams.changed) {
+        (true, Some(_)) => Some(ws.revision().map_err(|e| Error::file(&e))?),
+        _ => None,
+    };
+    let done = op(&ws.fs()).map_err(|e| Error::file(&e));
+    if let (Some(before), Some(changed)) = (before, &streams.changed) {
+        tell_changed(ws, before, changed);
+    }
+    done
+}
+
+/// A node's attributes, and its target if it is a symlink.
+pub(crate) fn node_info(
+    fs: &computer_vfs::Fs,
+    path: &str,
+    follow: bool,
+) -> computer_vfs::Result<crate::NodeInfo> {
+    let attr = if follow {
+        fs.stat(path)
+    } else {
+        fs.lstat(path)
+    }?;
+    let target = target_of(fs.workspace(), &attr).map_err(|e| e.at(path))?;
+    Ok(crate::NodeInfo { attr, target })
+}
+
+fn target_of(ws: &Workspace, attr: &computer_vfs::Attr) -> computer_vfs::Result<Option<Vec<u8>>> {
+    if attr.kind != computer_vfs::FileKind::Symlink {
+        return Ok(None);
+    }
+    ws.readlink(attr.ino).map(Some)
+}
+
+/// A page of directory `path`'s entries after position `after`, with their attributes.
+/// An entry removed between the listing and its attributes is left out.
+pub(crate) fn list_page(
+    fs: &computer_vfs::Fs,
+    path: &str,
+    after: u64,
+    max_entries: usize,
+) -> computer_vfs::Result<crate::DirPage> {
+    let (entries, next) = fs.readdir_page(path, after, max_entries)?;
+    let ws = fs.workspace();
+    let mut items = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let node = ws.getattr(entry.ino).and_then(|attr| {
+            let target = target_of(ws, &attr)?;
+            Ok(crate::NodeInfo { attr, target })
+        });
+        match node {
+            Ok(node) => items.push(crate::DirItem {
+                name: entry.name,
+                node,
+            }),
+            Err(computer_vfs::Error::NotFound(_)) => {}
+            Err(err) => return Err(err.at(path)),
+        }
+    }
+    Ok(crate::DirPage {
+        items,
+        next: next.unwrap_or(0),
+        complete: next.is_none(),
+    })
+}
+
+/// The matches of a grep as an answer holds them: lines longer than
+/// [`crate::wire::GREP_LINE_BYTES_MAX`] cut (at a character boundary), and at most as
+/// many matches and bytes as an answer carries.
+pub(crate) fn grep_answer(
+    mut matches: Vec<computer_vfs::GrepMatch>,
+    asked: usize,
+) -> crate::Bounded<computer_vfs::GrepMatch> {
+    use crate::wire::{FOUND_BYTES_MAX, FOUND_ITEMS_MAX, GREP_LINE_BYTES_MAX};
+    for m in &mut matches {
+        if m.line.len() > GREP_LINE_BYTES_MAX {
+            let mut end = GREP_LINE_BYTES_MAX;
+            while !m.line.is_char_boundary(end) {
+                end -= 1;
+            }
+            m.line.truncate(end);
+        }
+    }
+    let max = asked.min(FOUND_ITEMS_MAX);
+    let (kept, _) = crate::wire::bounded_prefix(&matches, max, FOUND_BYTES_MAX, |m| {
+        m.path.len() + m.line.len()
+    });
+    let complete = kept.len() == matches.len();
+    let kept = kept.len();
+    matches.truncate(kept);
+    crate::Bounded {
+        items: matches,
+        complete,
+    }
+}

@@ -27,3 +27,36 @@ pub struct ServerInfo {
     /// reset, and whatever it held unpushed is lost to the workspace.
     pub replaced: bool,
 }
+
+/// A node as the typed file operations give it: its attributes, and a symlink's target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub attr: computer_vfs::Attr,
+    /// A symlink's target; `None` for other kinds.
+    pub target: Option<Vec<u8>>,
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirItem {
+    pub name: Vec<u8>,
+    pub node: NodeInfo,
+}
+
+/// A page of a directory listing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DirPage {
+    pub items: Vec<DirItem>,
+    /// Where the next page starts.
+    pub next: u64,
+    /// Whether this was the last page.
+    pub complete: bool,
+}
+
+/// Items that may be fewer than there were: a bounded answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bounded<T> {
+    pub items: Vec<T>,
+    /// False if more matched than the answer holds.
+    pub complete: bool,
+}

@@ -21,14 +21,16 @@ use capnp::message::{Builder, HeapAllocator, ReaderOptions};
 use capnp::serialize::NoAllocBufferSegments;
 use capnp::{data, data_list, primitive_list, struct_list, text};
 use computer_vfs::{
-    BlockHash, BlockRef, ChangeEntry, ChangePage, ChunkSizes, Codec, Conflict, Cursor, EntryState,
-    Revision, StoredBlock, HASH_LEN, NAME_MAX, PATH_MAX, SYMLINK_MAX,
+    Attr, BlockHash, BlockRef, ChangeEntry, ChangePage, ChunkSizes, Codec, Conflict, Cursor,
+    EntryState, FileKind, GrepMatch, InodeNo, Revision, StoredBlock, HASH_LEN, NAME_MAX, PATH_MAX,
+    SYMLINK_MAX,
 };
 
 use crate::sync_capnp::{
-    block, block_ref, client_info, conflict, cursor, entry, page, server_info,
+    block, block_ref, client_info, conflict, cursor, dir_item, entry, grep_match, node, page,
+    server_info,
 };
-use crate::{ClientInfo, Error, Result, ServerInfo};
+use crate::{ClientInfo, DirItem, Error, NodeInfo, Result, ServerInfo};
 
 /// The protocol version of this build (`protocolVersion` in the schema): peers that
 /// differ refuse to talk.
@@ -201,6 +203,9 @@ wire_struct!(ChangePage, page, write_page, read_page);
 wire_struct!(ClientInfo, client_info, write_client_info, read_client_info);
 wire_struct!(ServerInfo, server_info, write_server_info, read_server_info);
 wire_struct!(Conflict, conflict, write_conflict, read_conflict);
+wire_struct!(NodeInfo, node, write_node, read_node);
+wire_struct!(DirItem, dir_item, write_dir_item, read_dir_item);
+wire_struct!(GrepMatch, grep_match, write_grep_match, read_grep_match);
 
 macro_rules! wire_list {
     ($item:ty, $list:ty, $write:ident, $read:ident) => {
@@ -245,6 +250,18 @@ wire_list!(
     struct_list::Builder<'_, conflict::Owned>,
     write_conflicts,
     read_conflicts
+);
+wire_list!(
+    DirItem,
+    struct_list::Builder<'_, dir_item::Owned>,
+    write_dir_items,
+    read_dir_items
+);
+wire_list!(
+    GrepMatch,
+    struct_list::Builder<'_, grep_match::Owned>,
+    write_grep_matches,
+    read_grep_matches
 );
 
 // ---------------------------------------------------------------------------------------
@@ -832,6 +849,258 @@ pub(crate) fn file_piece<'a>(what: &'static str, bytes: &'a [u8]) -> Result<&'a 
 /// A piece's length as the protocol asks for it: at most [`FILE_PIECE_BYTES_MAX`].
 pub(crate) fn file_piece_len(max_bytes: u32) -> usize {
     (max_bytes as usize).min(FILE_PIECE_BYTES_MAX)
+}
+
+/// Most entries one `list` answer holds.
+pub const LIST_ENTRIES_MAX: usize = 4096;
+/// Most paths one `glob` answer holds, and most matches one `grep` answer holds.
+pub const FOUND_ITEMS_MAX: usize = 1 << 16;
+/// Most bytes of paths (and lines) one `glob` or `grep` answer holds.
+pub const FOUND_BYTES_MAX: usize = 16 << 20;
+/// Longest line a `grep` match carries (longer lines are refused by the encoder).
+pub const GREP_LINE_BYTES_MAX: usize = 1 << 20;
+
+const _: () = assert!(
+    LIST_ENTRIES_MAX * (PATH_BYTES_MAX + SYMLINK_TARGET_BYTES_MAX + 256) <= MESSAGE_WORDS_MAX * 8
+);
+const _: () = assert!(FOUND_BYTES_MAX + FOUND_ITEMS_MAX * 64 <= MESSAGE_WORDS_MAX * 8);
+
+pub(crate) fn write_node(value: &NodeInfo, mut builder: node::Builder<'_>) -> Result<()> {
+    let attr = &value.attr;
+    if attr.perm > 0o7777 {
+        return Err(Error::malformed("node", "permission bits above 0o7777"));
+    }
+    match (&value.target, attr.kind) {
+        (Some(target), FileKind::Symlink) => check_symlink_target(target)?,
+        (None, FileKind::Symlink) => {
+            return Err(Error::malformed("node", "a symlink without its target"))
+        }
+        (Some(_), _) => return Err(Error::malformed("node", "a target on a non-symlink")),
+        (None, _) => {}
+    }
+    builder.set_mode(attr.mode());
+    builder.set_ino(attr.ino.0);
+    builder.set_nlink(attr.nlink);
+    builder.set_uid(attr.uid);
+    builder.set_gid(attr.gid);
+    builder.set_size(attr.size);
+    builder.set_atime(attr.atime);
+    builder.set_mtime(attr.mtime);
+    builder.set_ctime(attr.ctime);
+    builder.set_rdev(attr.rdev);
+    builder.set_revision(attr.revision.0);
+    builder.set_target(value.target.as_deref().unwrap_or_default());
+    Ok(())
+}
+
+pub(crate) fn read_node(reader: node::Reader<'_>) -> Result<NodeInfo> {
+    let mode = reader.get_mode();
+    let kind = FileKind::from_mode(mode).ok_or(Error::malformed("node", "unknown kind"))?;
+    if mode & !(libc::S_IFMT | 0o7777) != 0 {
+        return Err(Error::malformed(
+            "node",
+            "mode bits beyond kind and permission",
+        ));
+    }
+    let target = reader.get_target()?;
+    let target = if kind == FileKind::Symlink {
+        check_symlink_target(target)?;
+        Some(target.to_vec())
+    } else if target.is_empty() {
+        None
+    } else {
+        return Err(Error::malformed("node", "a target on a non-symlink"));
+    };
+    Ok(NodeInfo {
+        attr: Attr {
+            ino: InodeNo(reader.get_ino()),
+            kind,
+            perm: mode & 0o7777,
+            uid: reader.get_uid(),
+            gid: reader.get_gid(),
+            nlink: reader.get_nlink(),
+            size: reader.get_size(),
+            atime: reader.get_atime(),
+            mtime: reader.get_mtime(),
+            ctime: reader.get_ctime(),
+            rdev: reader.get_rdev(),
+            revision: Revision(reader.get_revision()),
+        },
+        target,
+    })
+}
+
+fn check_dir_item_name(name: &[u8]) -> Result<()> {
+    const WHAT: &str = "directory entry name";
+    check_len(WHAT, "bytes", name.len(), NAME_BYTES_MAX)?;
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::malformed(WHAT, "not a name a directory holds"));
+    }
+    Ok(())
+}
+
+pub(crate) fn write_dir_item(value: &DirItem, mut builder: dir_item::Builder<'_>) -> Result<()> {
+    check_dir_item_name(&value.name)?;
+    write_node(&value.node, builder.reborrow().init_node())?;
+    builder.set_name(&value.name);
+    Ok(())
+}
+
+pub(crate) fn read_dir_item(reader: dir_item::Reader<'_>) -> Result<DirItem> {
+    let name = reader.get_name()?;
+    check_dir_item_name(name)?;
+    Ok(DirItem {
+        name: name.to_vec(),
+        node: read_node(reader.get_node()?)?,
+    })
+}
+
+pub(crate) fn write_dir_items<'a>(
+    items: &[DirItem],
+    init: impl FnOnce(u32) -> struct_list::Builder<'a, dir_item::Owned>,
+) -> Result<()> {
+    let len = list_len(
+        "directory listing",
+        "entries",
+        items.len(),
+        LIST_ENTRIES_MAX,
+    )?;
+    for item in items {
+        check_dir_item_name(&item.name)?;
+    }
+    let mut list = init(len);
+    for (i, item) in (0..len).zip(items) {
+        write_dir_item(item, list.reborrow().get(i))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_dir_items(
+    list: struct_list::Reader<'_, dir_item::Owned>,
+) -> Result<Vec<DirItem>> {
+    check_len(
+        "directory listing",
+        "entries",
+        list.len() as usize,
+        LIST_ENTRIES_MAX,
+    )?;
+    list.iter().map(read_dir_item).collect()
+}
+
+/// A found path (`glob`, `grep`): a path as the path API gives it.
+fn found_path(what: &'static str, bytes: &[u8]) -> Result<String> {
+    Ok(file_path(bytes)
+        .map_err(|_| Error::malformed(what, "not an absolute UTF-8 path"))?
+        .to_owned())
+}
+
+pub(crate) fn write_found_paths<'a>(
+    paths: &[String],
+    init: impl FnOnce(u32) -> data_list::Builder<'a>,
+) -> Result<()> {
+    let len = list_len("found paths", "paths", paths.len(), FOUND_ITEMS_MAX)?;
+    let total: usize = paths.iter().map(String::len).sum();
+    check_len("found paths", "bytes", total, FOUND_BYTES_MAX)?;
+    for path in paths {
+        file_path(path.as_bytes())?;
+    }
+    let mut list = init(len);
+    for (i, path) in (0..len).zip(paths) {
+        list.set(i, path.as_bytes());
+    }
+    Ok(())
+}
+
+pub(crate) fn read_found_paths(list: data_list::Reader<'_>) -> Result<Vec<String>> {
+    check_len("found paths", "paths", list.len() as usize, FOUND_ITEMS_MAX)?;
+    let mut paths = Vec::with_capacity(preallocated(list.len()));
+    let mut total = 0usize;
+    for item in list.iter() {
+        let bytes = item?;
+        total = total.saturating_add(bytes.len());
+        check_len("found paths", "bytes", total, FOUND_BYTES_MAX)?;
+        paths.push(found_path("found path", bytes)?);
+    }
+    Ok(paths)
+}
+
+pub(crate) fn write_grep_match(
+    value: &GrepMatch,
+    mut builder: grep_match::Builder<'_>,
+) -> Result<()> {
+    file_path(value.path.as_bytes())?;
+    check_len("grep line", "bytes", value.line.len(), GREP_LINE_BYTES_MAX)?;
+    builder.set_path(value.path.as_bytes());
+    builder.set_line_number(value.line_number);
+    builder.set_line(value.line.as_bytes());
+    Ok(())
+}
+
+pub(crate) fn read_grep_match(reader: grep_match::Reader<'_>) -> Result<GrepMatch> {
+    let line = reader.get_line()?;
+    check_len("grep line", "bytes", line.len(), GREP_LINE_BYTES_MAX)?;
+    Ok(GrepMatch {
+        path: found_path("grep match path", reader.get_path()?)?,
+        line_number: reader.get_line_number(),
+        line: std::str::from_utf8(line)
+            .map_err(|_| Error::malformed("grep line", "not UTF-8"))?
+            .to_owned(),
+    })
+}
+
+pub(crate) fn write_grep_matches<'a>(
+    matches: &[GrepMatch],
+    init: impl FnOnce(u32) -> struct_list::Builder<'a, grep_match::Owned>,
+) -> Result<()> {
+    let len = list_len("grep matches", "matches", matches.len(), FOUND_ITEMS_MAX)?;
+    let total: usize = matches.iter().map(|m| m.path.len() + m.line.len()).sum();
+    check_len("grep matches", "bytes", total, FOUND_BYTES_MAX)?;
+    let mut list = init(len);
+    for (i, m) in (0..len).zip(matches) {
+        write_grep_match(m, list.reborrow().get(i))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_grep_matches(
+    list: struct_list::Reader<'_, grep_match::Owned>,
+) -> Result<Vec<GrepMatch>> {
+    check_len(
+        "grep matches",
+        "matches",
+        list.len() as usize,
+        FOUND_ITEMS_MAX,
+    )?;
+    let mut out = Vec::with_capacity(preallocated(list.len()));
+    let mut total = 0usize;
+    for reader in list.iter() {
+        let m = read_grep_match(reader)?;
+        total = total.saturating_add(m.path.len() + m.line.len());
+        check_len("grep matches", "bytes", total, FOUND_BYTES_MAX)?;
+        out.push(m);
+    }
+    Ok(out)
+}
+
+/// The longest prefix of `items` an answer holds: at most `max_items`, and at most
+/// `max_bytes` by `size`. Returns it and whether it holds them all.
+pub(crate) fn bounded_prefix<T>(
+    items: &[T],
+    max_items: usize,
+    max_bytes: usize,
+    size: impl Fn(&T) -> usize,
+) -> (&[T], bool) {
+    let mut bytes = 0usize;
+    let mut end = 0;
+    for item in items.iter().take(max_items) {
+        bytes = bytes.saturating_add(size(item));
+        if bytes > max_bytes {
+            break;
+        }
+        end += 1;
+    }
+    (&items[..end], end == items.len())
 }
 
 // ---------------------------------------------------------------------------------------

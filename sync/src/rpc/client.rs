@@ -16,7 +16,11 @@ use tokio::task::{spawn_local, JoinHandle};
 use super::server::FsOutput;
 use super::{call_error, tcp_stream, unix_stream, Address, Reader, Writer};
 use crate::sync_capnp::{file_reader, file_writer, gate, listener, session};
-use crate::{wire, ClientInfo, Error, Result, ServerInfo, Upstream, PROTOCOL_VERSION};
+use crate::{
+    wire, Bounded, ClientInfo, DirPage, Error, NodeInfo, Result, ServerInfo, Upstream,
+    PROTOCOL_VERSION,
+};
+use computer_vfs::{GrepMatch, GrepOptions};
 
 /// How long a client waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,6 +341,168 @@ impl RemoteUpstream {
             link: self.link.clone(),
             offset: 0,
             ahead: VecDeque::new(),
+        })
+    }
+}
+
+/// Typed file operations on the server's workspace. Each fails [`Error::File`] (the
+/// store's errno and one line naming the path) when the store refuses it.
+impl RemoteUpstream {
+    /// A node's attributes (`follow`: a final symlink followed), with a symlink's target.
+    pub async fn stat(&self, path: &str, follow: bool) -> Result<NodeInfo> {
+        let mut request = self.session.stat_request();
+        {
+            let mut params = request.get();
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_follow(follow);
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_node(response.get()?.get_node()?)
+    }
+
+    /// A page of directory `path`'s entries after position `after` (0 starts), at most
+    /// `max_entries` (and [`wire::LIST_ENTRIES_MAX`]).
+    pub async fn list(&self, path: &str, after: u64, max_entries: u32) -> Result<DirPage> {
+        let mut request = self.session.list_request();
+        {
+            let mut params = request.get();
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_after(after);
+            params.set_max_entries(max_entries);
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        let results = response.get()?;
+        Ok(DirPage {
+            items: wire::read_dir_items(results.get_entries()?)?,
+            next: results.get_next(),
+            complete: results.get_complete(),
+        })
+    }
+
+    pub async fn mkdir(&self, path: &str, parents: bool, perm: u32) -> Result<()> {
+        let mut request = self.session.mkdir_request();
+        {
+            let mut params = request.get();
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_parents(parents);
+            params.set_perm(perm);
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    pub async fn remove(&self, path: &str, recursive: bool, force: bool) -> Result<()> {
+        let mut request = self.session.remove_request();
+        {
+            let mut params = request.get();
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_recursive(recursive);
+            params.set_force(force);
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let mut request = self.session.rename_request();
+        {
+            let mut params = request.get();
+            params.set_from(wire::file_path(from.as_bytes())?.as_bytes());
+            params.set_to(wire::file_path(to.as_bytes())?.as_bytes());
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    pub async fn copy(&self, from: &str, to: &str, recursive: bool) -> Result<()> {
+        let mut request = self.session.copy_request();
+        {
+            let mut params = request.get();
+            params.set_from(wire::file_path(from.as_bytes())?.as_bytes());
+            params.set_to(wire::file_path(to.as_bytes())?.as_bytes());
+            params.set_recursive(recursive);
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<()> {
+        let mut request = self.session.symlink_request();
+        {
+            let mut params = request.get();
+            params.set_target(target.as_bytes());
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    pub async fn link(&self, existing: &str, path: &str) -> Result<()> {
+        let mut request = self.session.link_request();
+        {
+            let mut params = request.get();
+            params.set_existing(wire::file_path(existing.as_bytes())?.as_bytes());
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    pub async fn chmod(&self, path: &str, perm: u32) -> Result<()> {
+        let mut request = self.session.chmod_request();
+        {
+            let mut params = request.get();
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_perm(perm);
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    pub async fn truncate(&self, path: &str, size: u64) -> Result<()> {
+        let mut request = self.session.truncate_request();
+        {
+            let mut params = request.get();
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_size(size);
+        }
+        self.link.answer(request.send().promise).await.map(drop)
+    }
+
+    /// The paths matching the absolute glob `pattern`, at most `max_paths` (and what an
+    /// answer holds: [`wire::FOUND_ITEMS_MAX`] paths, [`wire::FOUND_BYTES_MAX`] bytes).
+    pub async fn glob(&self, pattern: &str, max_paths: u32) -> Result<Bounded<String>> {
+        let mut request = self.session.glob_request();
+        {
+            let mut params = request.get();
+            params.set_pattern(wire::file_path(pattern.as_bytes())?.as_bytes());
+            params.set_max_paths(max_paths);
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        let results = response.get()?;
+        Ok(Bounded {
+            items: wire::read_found_paths(results.get_paths()?)?,
+            complete: results.get_complete(),
+        })
+    }
+
+    /// The lines matching `pattern` in the files below `path`, at most
+    /// `options.max_matches` (and what an answer holds).
+    pub async fn grep(
+        &self,
+        pattern: &str,
+        path: &str,
+        options: &GrepOptions,
+    ) -> Result<Bounded<GrepMatch>> {
+        let mut request = self.session.grep_request();
+        {
+            let mut params = request.get();
+            params.set_pattern(pattern.as_bytes());
+            params.set_path(wire::file_path(path.as_bytes())?.as_bytes());
+            params.set_regex(options.regex);
+            params.set_ignore_case(options.ignore_case);
+            let max = options.max_matches.unwrap_or(usize::MAX);
+            params.set_max_matches(u32::try_from(max).unwrap_or(u32::MAX));
+            params.set_include(options.include.as_deref().unwrap_or_default().as_bytes());
+        }
+        let response = self.link.answer(request.send().promise).await?;
+        let results = response.get()?;
+        Ok(Bounded {
+            items: wire::read_grep_matches(results.get_matches()?)?,
+            complete: results.get_complete(),
         })
     }
 }

@@ -21,9 +21,10 @@ use tokio::sync::Notify;
 use tokio::task::{spawn_local, JoinHandle, LocalSet};
 
 use super::{exception, tcp_stream, unix_stream, Address, Reader, Writer};
-use crate::files::{FileStreams, ReadStream, WriteStream};
+use crate::files::{self, FileStreams, ReadStream, WriteStream};
 use crate::sync_capnp::{file_reader, file_writer, gate, listener, session};
 use crate::{wire, Authority, Error, PeerSession, Result};
+use computer_vfs::{GrepOptions, MkdirOptions, RmOptions};
 
 /// What a file command run by an `fs` call printed, and its exit status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -421,6 +422,26 @@ impl gate::Server for GateServer {
     }
 }
 
+/// Declares a typed file call that changes the tree and answers nothing: decode its
+/// parameters into a closure over the path API, run it on the store.
+macro_rules! change_call {
+    ($name:ident, $params:ty, $results:ty, |$p:ident| $decode:expr, |$fs:ident, $args:pat_param| $op:expr) => {
+        async fn $name(self: Rc<Self>, params: $params, _results: $results) -> capnp::Result<()> {
+            let _slot = self.begin_call()?;
+            let args = decode(|| {
+                let $p = params.get()?;
+                Ok($decode)
+            })?;
+            drop(params);
+            self.on_store(true, move |$fs| {
+                let $args = args;
+                $op
+            })
+            .await
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------------------
 // Session.
 
@@ -654,9 +675,222 @@ impl session::Server for SessionServer {
         results.get().set_writer(writer);
         Ok(())
     }
+
+    async fn stat(
+        self: Rc<Self>,
+        params: session::StatParams,
+        mut results: session::StatResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let (path, follow) = decode(|| {
+            let params = params.get()?;
+            Ok((path_param(params.get_path())?, params.get_follow()))
+        })?;
+        drop(params);
+        let node = self
+            .on_store(false, move |fs| files::node_info(fs, &path, follow))
+            .await?;
+        encode(|| wire::write_node(&node, results.get().init_node()))
+    }
+
+    async fn list(
+        self: Rc<Self>,
+        params: session::ListParams,
+        mut results: session::ListResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let (path, after, max) = decode(|| {
+            let params = params.get()?;
+            let max = (params.get_max_entries() as usize).clamp(1, wire::LIST_ENTRIES_MAX);
+            Ok((path_param(params.get_path())?, params.get_after(), max))
+        })?;
+        drop(params);
+        let page = self
+            .on_store(false, move |fs| files::list_page(fs, &path, after, max))
+            .await?;
+        let mut out = results.get();
+        out.set_next(page.next);
+        out.set_complete(page.complete);
+        encode(|| wire::write_dir_items(&page.items, |len| out.init_entries(len)))
+    }
+
+    change_call!(
+        mkdir,
+        session::MkdirParams,
+        session::MkdirResults,
+        |p| (path_param(p.get_path())?, p.get_parents(), p.get_perm()),
+        |fs, (path, parents, perm)| fs.mkdir(
+            &path,
+            MkdirOptions {
+                recursive: parents,
+                mode: perm & 0o7777
+            }
+        )
+    );
+
+    change_call!(
+        remove,
+        session::RemoveParams,
+        session::RemoveResults,
+        |p| (path_param(p.get_path())?, p.get_recursive(), p.get_force()),
+        |fs, (path, recursive, force)| fs.rm(&path, RmOptions { recursive, force })
+    );
+
+    change_call!(
+        rename,
+        session::RenameParams,
+        session::RenameResults,
+        |p| (path_param(p.get_from())?, path_param(p.get_to())?),
+        |fs, (from, to)| fs.rename(&from, &to)
+    );
+
+    change_call!(
+        copy,
+        session::CopyParams,
+        session::CopyResults,
+        |p| (
+            path_param(p.get_from())?,
+            path_param(p.get_to())?,
+            p.get_recursive()
+        ),
+        |fs, (from, to, recursive)| fs.copy(&from, &to, recursive)
+    );
+
+    change_call!(
+        symlink,
+        session::SymlinkParams,
+        session::SymlinkResults,
+        |p| (
+            symlink_target_param(p.get_target())?,
+            path_param(p.get_path())?
+        ),
+        |fs, (target, path)| fs.symlink(&target, &path)
+    );
+
+    change_call!(
+        link,
+        session::LinkParams,
+        session::LinkResults,
+        |p| (path_param(p.get_existing())?, path_param(p.get_path())?),
+        |fs, (existing, path)| fs.link(&existing, &path)
+    );
+
+    change_call!(
+        chmod,
+        session::ChmodParams,
+        session::ChmodResults,
+        |p| (path_param(p.get_path())?, p.get_perm()),
+        |fs, (path, perm)| fs.chmod(&path, perm & 0o7777)
+    );
+
+    change_call!(
+        truncate,
+        session::TruncateParams,
+        session::TruncateResults,
+        |p| (path_param(p.get_path())?, p.get_size()),
+        |fs, (path, size)| fs.truncate(&path, size)
+    );
+
+    async fn glob(
+        self: Rc<Self>,
+        params: session::GlobParams,
+        mut results: session::GlobResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let (pattern, max) = decode(|| {
+            let params = params.get()?;
+            Ok((
+                path_param(params.get_pattern())?,
+                params.get_max_paths() as usize,
+            ))
+        })?;
+        drop(params);
+        let paths = self.on_store(false, move |fs| fs.glob(&pattern)).await?;
+        let max = max.min(wire::FOUND_ITEMS_MAX);
+        let (kept, complete) =
+            wire::bounded_prefix(&paths, max, wire::FOUND_BYTES_MAX, String::len);
+        let mut out = results.get();
+        out.set_complete(complete);
+        encode(|| wire::write_found_paths(kept, |len| out.init_paths(len)))
+    }
+
+    async fn grep(
+        self: Rc<Self>,
+        params: session::GrepParams,
+        mut results: session::GrepResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let (pattern, path, options, asked) = decode(|| {
+            let params = params.get()?;
+            let pattern = utf8_param("grep pattern", params.get_pattern()?)?;
+            let include = utf8_param("grep include", params.get_include()?)?;
+            let asked = params.get_max_matches() as usize;
+            let options = GrepOptions {
+                regex: params.get_regex(),
+                ignore_case: params.get_ignore_case(),
+                // One more than an answer holds: more matched than it says.
+                max_matches: Some(asked.min(wire::FOUND_ITEMS_MAX + 1)),
+                include: (!include.is_empty()).then_some(include),
+            };
+            Ok((pattern, path_param(params.get_path())?, options, asked))
+        })?;
+        drop(params);
+        let matches = self
+            .on_store(false, move |fs| fs.grep(&pattern, &path, &options))
+            .await?;
+        let answer = files::grep_answer(matches, asked);
+        let mut out = results.get();
+        out.set_complete(answer.complete);
+        encode(|| wire::write_grep_matches(&answer.items, |len| out.init_matches(len)))
+    }
+}
+
+/// A symlink target parameter: the path API takes UTF-8 targets.
+fn symlink_target_param(reader: capnp::Result<capnp::data::Reader<'_>>) -> Result<String> {
+    let target = utf8_param("symlink target", reader?)?;
+    if target.is_empty() || target.len() > wire::SYMLINK_TARGET_BYTES_MAX {
+        return Err(Error::malformed("symlink target", "empty or too long"));
+    }
+    Ok(target)
+}
+
+/// A text parameter of at most a path's length.
+fn utf8_param(what: &'static str, bytes: &[u8]) -> Result<String> {
+    if bytes.len() > wire::PATH_BYTES_MAX {
+        return Err(Error::TooLarge {
+            what,
+            unit: "bytes",
+            len: bytes.len() as u64,
+            max: wire::PATH_BYTES_MAX as u64,
+        });
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| Error::malformed(what, "not UTF-8"))?;
+    if text.contains('\0') {
+        return Err(Error::malformed(what, "contains NUL"));
+    }
+    Ok(text.to_owned())
+}
+
+/// A path parameter of a typed file call.
+fn path_param(reader: capnp::Result<capnp::data::Reader<'_>>) -> Result<String> {
+    Ok(wire::file_path(reader?)?.to_owned())
 }
 
 impl SessionServer {
+    /// Runs a typed file operation on the store, off the event loop (`changes`: it may
+    /// change the tree, so the observer hears of it).
+    async fn on_store<T: Send + 'static>(
+        &self,
+        changes: bool,
+        op: impl FnOnce(&computer_vfs::Fs) -> computer_vfs::Result<T> + Send + 'static,
+    ) -> capnp::Result<T> {
+        let streams = self.files()?.clone();
+        let ws = self.session.workspace().clone();
+        blocking(move || files::run_op(&ws, &streams, changes, op))
+            .await
+            .map_err(|error| exception(&error))
+    }
+
     /// How this server serves file streams, or the refusal if it serves none.
     fn files(&self) -> capnp::Result<&FileStreams> {
         self.server

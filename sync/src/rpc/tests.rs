@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use computer_vfs::{Options, Workspace};
+use computer_vfs::{GrepOptions, Options, Workspace};
 use tokio::sync::oneshot;
 
 use super::*;
@@ -502,6 +502,81 @@ fn file_streams_are_bounded_per_connection_and_off_by_default() {
             .unwrap();
         let refused = upstream.open_read("/f").await.err().unwrap();
         assert!(matches!(refused, Error::Refused(_)), "{refused}");
+    })
+    .unwrap();
+}
+
+#[test]
+fn typed_file_operations_do_what_the_path_api_does() {
+    let server = TestServer::start(with_files());
+    run_local(async {
+        let (up, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        up.mkdir("/a/b", true, 0o750).await.unwrap();
+        let mut writer = up.open_write("/a/b/f.txt", false).await.unwrap();
+        writer.write(b"one\ntwo needle\nthree\n").await.unwrap();
+        writer.commit().await.unwrap();
+        up.symlink("b/f.txt", "/a/link").await.unwrap();
+        up.link("/a/b/f.txt", "/a/hard").await.unwrap();
+        up.copy("/a/b", "/c", true).await.unwrap();
+        up.rename("/c/f.txt", "/c/g.txt").await.unwrap();
+        up.chmod("/c/g.txt", 0o600).await.unwrap();
+        up.truncate("/c/g.txt", 3).await.unwrap();
+
+        let dir = up.stat("/a/b", true).await.unwrap();
+        assert!(dir.attr.is_dir());
+        assert_eq!(dir.attr.perm, 0o750);
+        let link = up.stat("/a/link", false).await.unwrap();
+        assert_eq!(link.target.as_deref(), Some(&b"b/f.txt"[..]));
+        let followed = up.stat("/a/link", true).await.unwrap();
+        assert_eq!((followed.attr.size, followed.target), (21, None));
+        assert_eq!(followed.attr.nlink, 2);
+
+        // Pages of one entry each still list everything, once.
+        let (mut names, mut after) = (Vec::new(), 0);
+        loop {
+            let page = up.list("/a", after, 1).await.unwrap();
+            names.extend(page.items.iter().map(|i| i.name.clone()));
+            if page.complete {
+                break;
+            }
+            after = page.next;
+        }
+        names.sort();
+        assert_eq!(names, [b"b".to_vec(), b"hard".to_vec(), b"link".to_vec()]);
+
+        let g = up.stat("/c/g.txt", true).await.unwrap();
+        assert_eq!((g.attr.perm, g.attr.size), (0o600, 3));
+        let found = up.glob("/**/*.txt", 10).await.unwrap();
+        assert_eq!(found.items, ["/a/b/f.txt", "/c/g.txt"]);
+        assert!(found.complete);
+        let first = up.glob("/**/*.txt", 1).await.unwrap();
+        assert_eq!((first.items.len(), first.complete), (1, false));
+        let options = GrepOptions {
+            max_matches: Some(5),
+            ..GrepOptions::default()
+        };
+        let matches = up.grep("needle", "/", &options).await.unwrap();
+        let mut found: Vec<(&str, u64)> = matches
+            .items
+            .iter()
+            .map(|m| (m.path.as_str(), m.line_number))
+            .collect();
+        found.sort();
+        // The hard link is a file of its own to grep.
+        assert_eq!(found, [("/a/b/f.txt", 2), ("/a/hard", 2)]);
+        assert!(matches.complete);
+
+        up.remove("/a", true, false).await.unwrap();
+        let gone = up.stat("/a", false).await.err().unwrap();
+        assert_eq!(gone.errno(), libc::ENOENT, "{gone}");
+        up.remove("/a", false, true).await.unwrap();
+        let busy = up.remove("/c", false, false).await.err().unwrap();
+        assert!(
+            [libc::EISDIR, libc::ENOTEMPTY].contains(&busy.errno()),
+            "{busy}"
+        );
+        let exists = up.mkdir("/c", false, 0o755).await.err().unwrap();
+        assert_eq!(exists.errno(), libc::EEXIST, "{exists}");
     })
     .unwrap();
 }
