@@ -364,3 +364,12 @@ fn seed_2018714_a_late_push_does_not_bring_back_a_removed_directory() {
 fn seed_3006126_a_directory_below_a_path_filled_again_by_a_rename_lands() {
     replay(3006126);
 }
+
+/// Found by the sweep of 4,070,000..4,075,000: a push held up in the network landed
+/// after the replica had pulled the server's newer version of the file and the server
+/// had renamed it away; the file came back on the server with the replica's old
+/// content, as received from the replica, so it never went back to it.
+#[test]
+fn seed_4072027_a_late_push_over_an_unseen_removal_goes_back_to_its_sender() {
+    replay(4072027);
+}

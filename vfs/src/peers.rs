@@ -24,7 +24,9 @@
 //!   the entries on the way to it: what came into a tree with an unseen move of a
 //!   directory above it is unseen however old its own entries, and a directory of ours
 //!   that took the peer's state since (directories merge) is the one the peer knows;
-//! - changes received from a peer are never sent back to it.
+//! - changes received from a peer are never sent back to it, but for one: a state
+//!   that lands on the authoritative side over a removal the peer had not seen (see
+//!   `Meeting::Revived`) goes back, as the peer may hold another state there by then.
 //!
 //! Conflicts lose nothing. When both sides changed what is at a path, the authoritative
 //! version stays at the path on both sides and the other is kept beside it as
@@ -343,6 +345,13 @@ enum Meeting {
     /// The entry removes an unseen file or symlink of ours: refused (and it is stamped
     /// as ours again, so it goes back to the remover).
     KeepOurs,
+    /// A file's or symlink's state for a path we removed (it or a directory above)
+    /// without the peer having seen the removal. It lands (a removal never takes an
+    /// unseen change), and on the authoritative side it goes back to the peer: we had
+    /// changes of that path the peer had not seen, which it may have taken since it made
+    /// this one (a push held up while its sender pulled), so what the peer holds there
+    /// need not be what it sent.
+    Revived,
     /// A directory's state for a path we removed (it or a directory above) without the
     /// peer having seen the removal. On the authoritative side, by itself it would bring
     /// the directory back as received, never to be sent back, while the peer takes our
@@ -374,6 +383,11 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
                     revision: blocker.attr.revision,
                 });
             }
+        }
+        if !matches!(entry.state, EntryState::Directory { .. })
+            && removed_unseen(conn, &entry.path, view)?
+        {
+            return Ok(Meeting::Revived);
         }
         // (A seen one the peer replaced with a directory: applying the entry drops it.)
         return Ok(Meeting::Apply);
@@ -583,7 +597,8 @@ struct Plan {
     /// Authority::Theirs: our losing versions, moved aside (parent, path, new path)
     /// before the batch.
     moves: Vec<(InodeNo, Vec<u8>, Vec<u8>)>,
-    /// What a refused or cut-down removal leaves, to stamp as ours after the batch.
+    /// What a refused or cut-down removal leaves, and what came back over an unseen
+    /// removal of ours, to stamp as ours after the batch.
     restamp: Vec<Vec<u8>>,
 }
 
@@ -983,8 +998,8 @@ impl Workspace {
         Ok(())
     }
 
-    /// Stamps what a refused or cut-down removal left as changed here, so the peer that
-    /// removed it learns it is back.
+    /// Stamps what a refused or cut-down removal left (and what came back over an unseen
+    /// removal) as changed here, so the peer learns what stands there now.
     fn restamp(&self, paths: &[Vec<u8>]) -> Result<()> {
         if paths.is_empty() {
             return Ok(());
@@ -1049,6 +1064,16 @@ fn plan(
                         cleared.push(entry.path.clone());
                     }
                     plan.batch.push(entry.clone());
+                }
+                Meeting::Revived => {
+                    plan.batch.push(entry.clone());
+                    // Received, it would never travel back; stamped as ours, it does
+                    // (and meets a peer that still holds it as the same state). A
+                    // replica need not: the upstream takes no state of ours but by
+                    // our pushes, so what it holds is what it sent or newer.
+                    if authority == Authority::Ours {
+                        plan.restamp.push(entry.path.clone());
+                    }
                 }
                 Meeting::KeepOurs => {
                     plan.conflicts.push(Conflict {

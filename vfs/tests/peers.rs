@@ -963,3 +963,35 @@ fn a_path_both_sides_filled_alike_can_be_removed() {
     assert_eq!(listing(&server), listing(&replica));
     assert!(replica.fs().stat("/b").is_err());
 }
+
+#[test]
+fn a_late_push_over_a_file_the_server_changed_and_moved_goes_back_to_the_replica() {
+    // Sync simulation seed 4072027: the replica wrote /g and pushed it; the push was held
+    // up in the network. Meanwhile the server changed /g, the replica pulled that (its
+    // own version moved aside as a conflict copy), and the server renamed /g away. Then
+    // the old push landed: /g came back on the server with the replica's old content,
+    // as received from the replica and so never sent back to it, while the replica
+    // kept the server's old version at /g.
+    let (_dir, server, replica) = setup();
+    server.fs().write_file("/g", "base\n").unwrap();
+    round(&server, &replica, "r1", "replica-1");
+    replica.fs().write_file("/g", "replica's\n").unwrap();
+    let from = server.peer("r1").unwrap().unwrap().applied;
+    let late = replica
+        .changes_for("upstream", &from, 100, u64::MAX)
+        .unwrap();
+    let late_blocks = missing_blocks(&replica, &server, &late.entries);
+    server.fs().write_file("/g", "server's\n").unwrap();
+    pull(&server, &replica, "r1", "replica-1");
+    assert_eq!(replica.fs().read_file("/g").unwrap(), b"server's\n");
+    server.fs().rename("/g", "/moved").unwrap();
+    server
+        .apply_push("r1", "replica-1", &late.entries, &late_blocks, &late.next)
+        .unwrap();
+    // The replica's change beats the server's unseen removal: it stands at /g again.
+    assert_eq!(server.fs().read_file("/g").unwrap(), b"replica's\n");
+    round(&server, &replica, "r1", "replica-1");
+    round(&server, &replica, "r1", "replica-1");
+    assert_eq!(listing(&server), listing(&replica));
+    assert_eq!(states(&server), states(&replica));
+}
