@@ -6,8 +6,10 @@
 #![no_main]
 
 use computer_sync::wire::{self, Wire};
-use computer_sync::{ClientInfo, ServerInfo};
-use computer_vfs::{BlockHash, BlockRef, ChangeEntry, ChangePage, Conflict, Cursor, StoredBlock};
+use computer_sync::{ClientInfo, DirItem, NodeInfo, ServerInfo};
+use computer_vfs::{
+    BlockHash, BlockRef, ChangeEntry, ChangePage, Conflict, Cursor, GrepMatch, StoredBlock,
+};
 use libfuzzer_sys::fuzz_target;
 
 /// Decodes `data` as a `T` (a fresh frame each time: decoding charges the frame's
@@ -38,6 +40,11 @@ fuzz_target!(|data: &[u8]| {
     check::<Vec<StoredBlock>>(data);
     check::<Vec<ChangeEntry>>(data);
     check::<Vec<Conflict>>(data);
+    check::<NodeInfo>(data);
+    check::<DirItem>(data);
+    check::<GrepMatch>(data);
+    check::<Vec<DirItem>>(data);
+    check::<Vec<GrepMatch>>(data);
     // A file stream's path: what decodes is the same bytes, as a path.
     if let Ok(path) = wire::file_path(data) {
         assert_eq!(path.as_bytes(), data);

@@ -3,10 +3,10 @@
 //! `src/wire/tests.rs`.
 
 use computer_sync::wire::{self, Wire, CHUNK_BYTES_MAX, ENTRIES_PER_PAGE_MAX};
-use computer_sync::{ClientInfo, ServerInfo, PROTOCOL_VERSION};
+use computer_sync::{ClientInfo, DirItem, NodeInfo, ServerInfo, PROTOCOL_VERSION};
 use computer_vfs::{
-    BlockHash, BlockRef, ChangeEntry, ChangePage, ChunkSizes, Codec, Conflict, Cursor, EntryState,
-    Revision, StoredBlock,
+    Attr, BlockHash, BlockRef, ChangeEntry, ChangePage, ChunkSizes, Codec, Conflict, Cursor,
+    EntryState, FileKind, GrepMatch, InodeNo, Revision, StoredBlock,
 };
 use proptest::prelude::*;
 
@@ -224,6 +224,71 @@ fn conflicts_and_call_lists() {
     round_trip(&Vec::<bool>::new());
 }
 
+fn node(kind: FileKind, target: Option<&[u8]>) -> NodeInfo {
+    NodeInfo {
+        attr: Attr {
+            ino: InodeNo(7),
+            kind,
+            perm: 0o4755,
+            uid: 1000,
+            gid: 100,
+            nlink: 2,
+            size: 12345,
+            atime: -5,
+            mtime: 1_700_000_000_000_000_001,
+            ctime: 1_700_000_000_000_000_002,
+            rdev: 0x0801,
+            revision: Revision(99),
+        },
+        target: target.map(<[u8]>::to_vec),
+    }
+}
+
+#[test]
+fn typed_file_answers() {
+    for kind in [
+        FileKind::File,
+        FileKind::Directory,
+        FileKind::Fifo,
+        FileKind::Socket,
+        FileKind::CharDevice,
+        FileKind::BlockDevice,
+    ] {
+        round_trip(&node(kind, None));
+    }
+    let link = node(FileKind::Symlink, Some(b"../t\xff"));
+    round_trip(&link);
+    let item = DirItem {
+        name: b"n\xffame".to_vec(),
+        node: link,
+    };
+    round_trip(&item);
+    round_trip(&vec![item.clone(), item]);
+    let found = GrepMatch {
+        path: "/a/b.txt".into(),
+        line_number: 3,
+        line: "a needle here".into(),
+    };
+    round_trip(&found);
+    round_trip(&vec![found]);
+    // What breaks a rule is refused by the encoder.
+    assert!(node(FileKind::Symlink, None).to_bytes().is_err());
+    assert!(node(FileKind::File, Some(b"t")).to_bytes().is_err());
+    for bad in [&b""[..], b".", b"..", b"a/b", b"a\0b"] {
+        let item = DirItem {
+            name: bad.to_vec(),
+            node: node(FileKind::File, None),
+        };
+        assert!(item.to_bytes().is_err(), "{bad:?}");
+    }
+    let relative = GrepMatch {
+        path: "a".into(),
+        line_number: 1,
+        line: String::new(),
+    };
+    assert!(relative.to_bytes().is_err());
+}
+
 /// A deterministic stream of pseudo-random bytes (xorshift64*).
 fn noise(seed: u64, len: usize) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -253,6 +318,11 @@ fn decode_all(bytes: &[u8]) -> usize {
         Vec::<StoredBlock>::from_bytes(bytes).is_ok(),
         Vec::<ChangeEntry>::from_bytes(bytes).is_ok(),
         Vec::<Conflict>::from_bytes(bytes).is_ok(),
+        NodeInfo::from_bytes(bytes).is_ok(),
+        DirItem::from_bytes(bytes).is_ok(),
+        GrepMatch::from_bytes(bytes).is_ok(),
+        Vec::<DirItem>::from_bytes(bytes).is_ok(),
+        Vec::<GrepMatch>::from_bytes(bytes).is_ok(),
     ];
     results.iter().filter(|ok| **ok).count()
 }
@@ -506,6 +576,20 @@ fn write_fuzz_seeds() {
     add("conflicts", vec![conflict].to_bytes().unwrap());
     add("hashes", vec![hash(1), hash(2)].to_bytes().unwrap());
     add("have", vec![true, false, true].to_bytes().unwrap());
+    add("node", node(FileKind::File, None).to_bytes().unwrap());
+    let item = DirItem {
+        name: b"name".to_vec(),
+        node: node(FileKind::Symlink, Some(b"target")),
+    };
+    add("dir-item", item.to_bytes().unwrap());
+    add("dir-items", vec![item].to_bytes().unwrap());
+    let found = GrepMatch {
+        path: "/a".into(),
+        line_number: 1,
+        line: "line".into(),
+    };
+    add("grep-match", found.to_bytes().unwrap());
+    add("grep-matches", vec![found].to_bytes().unwrap());
     for (name, bytes) in seeds {
         std::fs::write(dir.join(format!("{name}.bin")), bytes).unwrap();
     }
