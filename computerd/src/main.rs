@@ -13,6 +13,7 @@ mod fs_error;
 mod fs_files;
 mod fs_format;
 mod fs_ls;
+mod fs_ops;
 mod fs_progress;
 mod fs_walk;
 mod fuse;

@@ -13,8 +13,8 @@ use computer_sync::rpc::{Address, RemoteUpstream};
 use computer_sync::wire::FILE_PIECE_BYTES_MAX;
 
 use crate::fs_args::FsCommand;
-use crate::fs_cmd::Stdio;
 use crate::fs_files::{connection_error, RemoteFiles};
+use crate::fs_ops::Stdio;
 
 /// The environment variable holding the token when no `--token-file` is given.
 pub const TOKEN_ENV: &str = "COMPUTERD_TOKEN";
@@ -126,7 +126,7 @@ fn run_at(
             stdout: &mut stdout,
             stderr: &mut stderr,
         };
-        return crate::fs_cmd::run_file_operation(&files, command.clone(), &mut stdio);
+        return crate::fs_ops::run_file_operation(&files, command.clone(), &mut stdio);
     }
     let upstream = files.upstream();
     let ran = files.block_on(async {
@@ -173,7 +173,7 @@ async fn cat(upstream: &RemoteUpstream, paths: &[String]) -> Result<ExitCode, Fa
     let mut stdout = std::io::stdout().lock();
     let mut failed = false;
     for arg in paths {
-        let path = crate::fs_cmd::ws_path(arg).map_err(Failure::Local)?;
+        let path = crate::fs_ops::ws_path(arg).map_err(Failure::Local)?;
         let mut reader = match upstream.open_read(&path).await {
             Ok(reader) => reader,
             Err(computer_sync::Error::File { message, .. }) => {
@@ -217,7 +217,7 @@ const STDIN_PIECES_AHEAD: usize = 2;
 /// once stdin ends; a write cut short (the connection lost, this process killed) leaves
 /// it as it was.
 async fn write(upstream: &RemoteUpstream, path: &str, append: bool) -> Result<ExitCode, Failure> {
-    let path = crate::fs_cmd::ws_path(path).map_err(Failure::Local)?;
+    let path = crate::fs_ops::ws_path(path).map_err(Failure::Local)?;
     let mut writer = match upstream.open_write(&path, append).await {
         Ok(writer) => writer,
         Err(computer_sync::Error::File { message, .. }) => {
