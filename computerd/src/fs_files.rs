@@ -71,42 +71,22 @@ pub trait Files {
 
 impl Files for Fs {
     fn node(&self, path: &str, follow: bool) -> FileResult<NodeInfo> {
-        let attr = if follow {
-            self.stat(path)
-        } else {
-            self.lstat(path)
-        }?;
-        let target = match attr.kind {
-            computer_vfs::FileKind::Symlink => Some(
-                self.workspace()
-                    .readlink(attr.ino)
-                    .map_err(|e| e.at(path))?,
-            ),
-            _ => None,
-        };
-        Ok(NodeInfo { attr, target })
+        Ok(computer_sync::files::node_info(self, path, follow)?)
     }
 
     fn list(&self, dir: &str) -> FileResult<Vec<DirItem>> {
-        let ws = self.workspace();
+        // The pages a server answers with, read here: one listing, whichever the route.
         let mut items = Vec::new();
-        for entry in self.readdir(dir)? {
-            let attr = match ws.getattr(entry.ino) {
-                Ok(attr) => attr,
-                // Removed since the listing: not there any more.
-                Err(computer_vfs::Error::NotFound(_)) => continue,
-                Err(e) => return Err(e.at(&computer_vfs::join(dir, &entry.name_lossy())).into()),
-            };
-            let target = match attr.kind {
-                computer_vfs::FileKind::Symlink => ws.readlink(attr.ino).ok(),
-                _ => None,
-            };
-            items.push(DirItem {
-                name: entry.name,
-                node: NodeInfo { attr, target },
-            });
+        let mut after = 0;
+        loop {
+            let page =
+                computer_sync::files::list_page(self, dir, after, LIST_PAGE_ENTRIES as usize)?;
+            items.extend(page.items);
+            if page.complete {
+                return Ok(items);
+            }
+            after = page.next;
         }
-        Ok(items)
     }
 
     fn mkdir(&self, path: &str, options: MkdirOptions) -> FileResult<()> {

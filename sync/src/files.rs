@@ -268,7 +268,7 @@ pub(crate) fn run_op<T>(
 }
 
 /// A node's attributes, and its target if it is a symlink.
-pub(crate) fn node_info(
+pub fn node_info(
     fs: &computer_vfs::Fs,
     path: &str,
     follow: bool,
@@ -291,7 +291,7 @@ fn target_of(ws: &Workspace, attr: &computer_vfs::Attr) -> computer_vfs::Result<
 
 /// A page of directory `path`'s entries after position `after`, with their attributes.
 /// An entry removed between the listing and its attributes is left out.
-pub(crate) fn list_page(
+pub fn list_page(
     fs: &computer_vfs::Fs,
     path: &str,
     after: u64,
