@@ -9,11 +9,10 @@
 //! back from the change log, so a recursive remove or copy forgets its whole tree).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use computer_sync::files::{tell_changed, FileStreams};
-use computer_sync::rpc::{self, Address, FsOutput, ServeOptions, ServerSocket};
+use computer_sync::files::FileStreams;
+use computer_sync::rpc::{self, Address, ServeOptions, ServerSocket};
 use computer_sync::{AppliedObserver, Authority};
 use computer_vfs::Workspace;
 
@@ -67,7 +66,6 @@ impl ChannelServer {
         let address = Address::Unix(socket.clone());
         let authority = Authority::new(ws.clone(), token.clone());
         let options = ServeOptions {
-            fs_handler: Some(fs_handler(ws, changed.clone())),
             files: Some(FileStreams { changed }),
             connections_max: CONNECTIONS_MAX,
             ..ServeOptions::default()
@@ -133,20 +131,4 @@ fn new_token() -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// Runs a command line for a caller, then tells `changed` what it changed.
-fn fs_handler(ws: Workspace, changed: Option<AppliedObserver>) -> rpc::FsHandler {
-    Arc::new(move |argv: Vec<Vec<u8>>, stdin: Vec<u8>| {
-        let before = ws.revision().ok();
-        let run = crate::fs_cmd::run_for_remote(&ws, &argv, &stdin);
-        if let (Some(before), Some(changed)) = (before, &changed) {
-            tell_changed(&ws, before, changed);
-        }
-        FsOutput {
-            stdout: run.stdout,
-            stderr: run.stderr,
-            status: run.status,
-        }
-    })
 }

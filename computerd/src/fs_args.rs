@@ -231,22 +231,16 @@ impl FsCommand {
         debug[..end].to_ascii_lowercase()
     }
 
-    /// Whether the command is file operations and nothing else (`fs_files::Files`): it
-    /// runs the same against a database here and through a server's typed calls.
+    /// Whether the command runs on [`crate::fs_files::Files`] alone: the same against a
+    /// database here and through a server's typed calls. The others move bytes in
+    /// streams (`cat`, `write`) or reach this host's files (`import`, `export`).
     pub fn is_file_operation(&self) -> bool {
-        matches!(
+        !matches!(
             self,
-            FsCommand::Ls { .. }
-                | FsCommand::Mkdir { .. }
-                | FsCommand::Rm { .. }
-                | FsCommand::Mv { .. }
-                | FsCommand::Cp { .. }
-                | FsCommand::Ln { .. }
-                | FsCommand::Stat { .. }
-                | FsCommand::Find { .. }
-                | FsCommand::Grep { .. }
-                | FsCommand::Chmod { .. }
-                | FsCommand::Truncate { .. }
+            FsCommand::Cat { .. }
+                | FsCommand::Write { .. }
+                | FsCommand::Import { .. }
+                | FsCommand::Export { .. }
         )
     }
 

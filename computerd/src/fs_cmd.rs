@@ -8,7 +8,7 @@
 //! status (grep: 1 for no match, 2 for an error, like grep(1)). Commands that take
 //! several paths report each failing one and go on with the rest.
 
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use crate::fs_error::{describe, describe_io, report};
 use crate::fs_error::{out_err, vfs_err};
 use crate::fs_format::{human_bytes, json_f64, json_string};
 use crate::fs_ops::{error_code, file_operation, settle, ws_path, Stdio};
-use crate::fs_progress::{StepBar, TransferProgress};
+use crate::fs_progress::TransferProgress;
 use crate::owner::{Holder, OwnerLock, Role};
 
 /// Bytes moved per step by `cat` and `write`.
@@ -158,80 +158,6 @@ pub fn run_on(
     settle(result, error_code, stdio)
 }
 
-/// Output of a command run for a remote client.
-pub struct CapturedRun {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub status: i32,
-}
-
-/// A command as the command line after `computerd fs --remote ADDR` has it.
-#[derive(clap::Parser, Debug)]
-#[command(name = "computerd fs", no_binary_name = true)]
-struct RemoteCommand {
-    #[command(subcommand)]
-    command: FsCommand,
-}
-
-/// Runs a `computerd fs` command line for a remote client against the served
-/// workspace, capturing its output. The commands that reach the server's own
-/// filesystem (import, export) are refused: a client may only touch the workspace.
-pub fn run_for_remote(ws: &Workspace, args: &[Vec<u8>], stdin: &[u8]) -> CapturedRun {
-    let mut captured = CapturedRun {
-        stdout: Vec::new(),
-        stderr: Vec::new(),
-        status: 0,
-    };
-    let args: Vec<std::ffi::OsString> = args
-        .iter()
-        .map(|a| std::os::unix::ffi::OsStringExt::from_vec(a.clone()))
-        .collect();
-    let command = match <RemoteCommand as clap::Parser>::try_parse_from(args) {
-        Ok(parsed) => parsed.command,
-        Err(err) => {
-            captured.stderr = err.render().to_string().into_bytes();
-            captured.status = 2;
-            return captured;
-        }
-    };
-    if matches!(command, FsCommand::Import { .. } | FsCommand::Export { .. }) {
-        captured.stderr = b"computerd: import and export reach the host filesystem and run only \
-            against a database; use a replica mount to copy trees\n"
-            .to_vec();
-        captured.status = 1;
-        return captured;
-    }
-    let mut stdin = stdin;
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    let mut stdio = Stdio {
-        stdin: &mut stdin,
-        stdout: &mut stdout,
-        stderr: &mut stderr,
-    };
-    let code = match run_on(Ok(ws.fs()), command, &mut stdio, false) {
-        Ok(code) => exit_status(code),
-        Err(err) => {
-            let _ = writeln!(stdio.stderr, "computerd: {err:#}");
-            1
-        }
-    };
-    captured.stdout = stdout;
-    captured.stderr = stderr;
-    captured.status = code;
-    captured
-}
-
-/// The number an `ExitCode` stands for (it hides it; the commands use 0, 1 and 2).
-fn exit_status(code: ExitCode) -> i32 {
-    if code == ExitCode::SUCCESS {
-        0
-    } else if code == ExitCode::from(2) {
-        2
-    } else {
-        1
-    }
-}
-
 fn dispatch(
     fs: &Fs,
     command: FsCommand,
@@ -269,35 +195,7 @@ fn dispatch(
             json,
             stdio.stdout,
         ),
-        FsCommand::Check { no_progress, json } => {
-            check(fs.workspace(), progress && !no_progress, json, stdio.stdout)
-        }
-        FsCommand::Compact { no_progress, json } => compact(
-            fs.workspace(),
-            progress && !no_progress,
-            json,
-            stdio.stdout,
-            stdio.stderr,
-        ),
-        FsCommand::Stats { json } => stats(fs.workspace(), json, stdio.stdout),
-        FsCommand::Tree { path } => {
-            let mut out = BufWriter::new(&mut *stdio.stdout);
-            crate::fs_walk::tree(fs, &ws_path(&path)?, &mut out)?;
-            out.flush().map_err(out_err)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        FsCommand::Du {
-            summarize,
-            human_readable,
-            path,
-            help: _,
-        } => {
-            let mut out = BufWriter::new(&mut *stdio.stdout);
-            crate::fs_walk::du(fs, &ws_path(&path)?, summarize, human_readable, &mut out)?;
-            out.flush().map_err(out_err)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        file_op => file_operation(fs, file_op, stdio),
+        file_op => file_operation(fs, file_op, stdio, progress),
     }
 }
 
@@ -517,174 +415,6 @@ fn export(
         summary_line("exported", &summary, start.elapsed())
     };
     writeln!(stdout, "{line}").map_err(out_err)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn compact(
-    ws: &Workspace,
-    progress: bool,
-    json: bool,
-    stdout: &mut dyn Write,
-    stderr: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
-    let start = Instant::now();
-    let mut bar = StepBar::bytes("compact", progress);
-    let mut said_rewrite = false;
-    let result = ws.compact(&mut |p| {
-        if p.rewriting && !said_rewrite && progress {
-            said_rewrite = true;
-            let _ = writeln!(
-                stderr,
-                "computerd: compact: rewriting the database once, to give space back in \
-                 steps from now on (it was made before that was possible)"
-            );
-        }
-        bar.update(p.freed_bytes, p.free_bytes_at_start);
-    });
-    bar.finish();
-    let report = result.map_err(vfs_err)?;
-    let secs = start.elapsed().as_secs_f64();
-    let line = if json {
-        format!(
-            "{{\"bytes_before\":{},\"bytes_after\":{},\"rewrote\":{},\"seconds\":{}}}",
-            report.bytes_before,
-            report.bytes_after,
-            report.rewrote,
-            json_f64(secs)
-        )
-    } else {
-        format!(
-            "compacted: {} to {} ({} given back) in {secs:.2} s",
-            human_bytes(report.bytes_before),
-            human_bytes(report.bytes_after),
-            human_bytes(report.bytes_before.saturating_sub(report.bytes_after)),
-        )
-    };
-    writeln!(stdout, "{line}").map_err(out_err)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn check(
-    ws: &Workspace,
-    progress: bool,
-    json: bool,
-    stdout: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
-    let start = Instant::now();
-    let mut bar = StepBar::blocks("check", progress);
-    let result = ws.check_with_progress(&mut |p| bar.update(p.blocks_done, p.blocks_total));
-    bar.finish();
-    let report = result.map_err(vfs_err)?;
-    let mut out = BufWriter::new(stdout);
-    if json {
-        let problems: Vec<String> = report
-            .problems
-            .iter()
-            .map(|p| json_string(&p.to_string()))
-            .collect();
-        writeln!(
-            out,
-            "{{\"ok\":{},\"nodes\":{},\"blocks\":{},\"block_bytes\":{},\"problems\":[{}],\
-             \"problems_unlisted\":{},\"seconds\":{}}}",
-            report.is_ok(),
-            report.nodes,
-            report.blocks,
-            report.block_bytes,
-            problems.join(","),
-            report.problems_unlisted,
-            json_f64(start.elapsed().as_secs_f64()),
-        )
-        .map_err(out_err)?;
-        out.flush().map_err(out_err)?;
-        return Ok(if report.is_ok() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
-    }
-    for problem in &report.problems {
-        writeln!(out, "{problem}").map_err(out_err)?;
-    }
-    if report.problems_unlisted > 0 {
-        writeln!(out, "... and {} more problems", report.problems_unlisted).map_err(out_err)?;
-    }
-    let problems = report.problems.len() + report.problems_unlisted;
-    let verdict = match problems {
-        0 => "no problems".to_owned(),
-        1 => "1 problem".to_owned(),
-        n => format!("{n} problems"),
-    };
-    writeln!(
-        out,
-        "checked {} nodes, {} {}, {} ({} bytes) in {:.2} s: {verdict}",
-        report.nodes,
-        report.blocks,
-        if report.blocks == 1 {
-            "block"
-        } else {
-            "blocks"
-        },
-        human_bytes(report.block_bytes),
-        report.block_bytes,
-        start.elapsed().as_secs_f64(),
-    )
-    .map_err(out_err)?;
-    out.flush().map_err(out_err)?;
-    Ok(if report.is_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-fn stats(ws: &Workspace, json: bool, stdout: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let s = ws.stats().map_err(vfs_err)?;
-    let text = if json {
-        format!(
-            "{{\"workspace_id\":{},\"files\":{},\"directories\":{},\"symlinks\":{},\
-             \"other_nodes\":{},\"logical_bytes\":{},\"unique_bytes\":{},\"stored_bytes\":{},\
-             \"blocks\":{},\"dedup_ratio\":{},\"compression_ratio\":{},\"database_bytes\":{},\
-             \"free_bytes\":{},\"staged_files\":{},\"revision\":{}}}\n",
-            json_string(ws.id()),
-            s.files,
-            s.directories,
-            s.symlinks,
-            s.other_nodes,
-            s.logical_bytes,
-            s.unique_bytes,
-            s.stored_bytes,
-            s.blocks,
-            json_f64(s.dedup_ratio()),
-            json_f64(s.compression_ratio()),
-            s.database_bytes,
-            s.free_bytes,
-            s.staged_files,
-            s.revision.0,
-        )
-    } else {
-        let bytes = |n: u64| format!("{} ({n} bytes)", human_bytes(n));
-        let rows = [
-            ("files", s.files.to_string()),
-            ("directories", s.directories.to_string()),
-            ("symlinks", s.symlinks.to_string()),
-            ("other nodes", s.other_nodes.to_string()),
-            ("logical bytes", bytes(s.logical_bytes)),
-            ("unique bytes", bytes(s.unique_bytes)),
-            ("stored bytes", bytes(s.stored_bytes)),
-            ("blocks", s.blocks.to_string()),
-            ("dedup ratio", format!("{:.2}", s.dedup_ratio())),
-            ("compression", format!("{:.2}", s.compression_ratio())),
-            ("database bytes", bytes(s.database_bytes)),
-            ("free in it", bytes(s.free_bytes)),
-            ("staged files", s.staged_files.to_string()),
-            ("revision", s.revision.0.to_string()),
-        ];
-        rows.iter()
-            .map(|(key, value)| format!("{:<15} {value}\n", format!("{key}:")))
-            .collect()
-    };
-    stdout.write_all(text.as_bytes()).map_err(out_err)?;
-    stdout.flush().map_err(out_err)?;
     Ok(ExitCode::SUCCESS)
 }
 

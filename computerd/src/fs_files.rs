@@ -7,8 +7,11 @@
 use std::fmt;
 
 use computer_sync::rpc::{Address, RemoteUpstream};
-use computer_sync::{ClientInfo, DirItem, NodeInfo};
-use computer_vfs::{Fs, GrepMatch, GrepOptions, MkdirOptions, RmOptions};
+use computer_sync::{ClientInfo, DirItem, NodeInfo, WorkspaceStats};
+use computer_vfs::{
+    CheckProgress, CheckReport, CompactProgress, CompactReport, Fs, GrepMatch, GrepOptions,
+    MkdirOptions, RmOptions,
+};
 use tokio::runtime::Runtime;
 use tokio::task::LocalSet;
 
@@ -49,7 +52,8 @@ impl FileError {
 
 pub type FileResult<T> = Result<T, FileError>;
 
-/// What a command may do to a workspace's tree. Paths are absolute.
+/// What a command may do to a workspace: its tree (paths are absolute), and the store
+/// as a whole.
 pub trait Files {
     /// A node's attributes (a final symlink followed if `follow`) and a symlink's target.
     fn node(&self, path: &str, follow: bool) -> FileResult<NodeInfo>;
@@ -67,6 +71,12 @@ pub trait Files {
     fn create_empty(&self, path: &str) -> FileResult<()>;
     fn glob(&self, pattern: &str) -> FileResult<Vec<String>>;
     fn grep(&self, pattern: &str, path: &str, options: &GrepOptions) -> FileResult<Vec<GrepMatch>>;
+    /// The workspace's id and figures.
+    fn stats(&self) -> FileResult<WorkspaceStats>;
+    /// Verifies the database from scratch; `progress` hears how far, where it runs here.
+    fn check(&self, progress: &mut dyn FnMut(CheckProgress)) -> FileResult<CheckReport>;
+    /// Gives freed pages back to the disk; `progress` hears how far, where it runs here.
+    fn compact(&self, progress: &mut dyn FnMut(CompactProgress)) -> FileResult<CompactReport>;
 }
 
 impl Files for Fs {
@@ -131,6 +141,22 @@ impl Files for Fs {
 
     fn grep(&self, pattern: &str, path: &str, options: &GrepOptions) -> FileResult<Vec<GrepMatch>> {
         Ok(Fs::grep(self, pattern, path, options)?)
+    }
+
+    fn stats(&self) -> FileResult<WorkspaceStats> {
+        let ws = self.workspace();
+        Ok(WorkspaceStats {
+            workspace_id: ws.id().to_owned(),
+            stats: ws.stats()?,
+        })
+    }
+
+    fn check(&self, progress: &mut dyn FnMut(CheckProgress)) -> FileResult<CheckReport> {
+        Ok(self.workspace().check_with_progress(progress)?)
+    }
+
+    fn compact(&self, progress: &mut dyn FnMut(CompactProgress)) -> FileResult<CompactReport> {
+        Ok(self.workspace().compact(progress)?)
     }
 }
 
@@ -277,5 +303,17 @@ impl Files for RemoteFiles {
     fn grep(&self, pattern: &str, path: &str, options: &GrepOptions) -> FileResult<Vec<GrepMatch>> {
         let answer = self.call(self.upstream.grep(pattern, path, options))?;
         whole(path, answer, "narrow the search or pass --max-count")
+    }
+
+    fn stats(&self) -> FileResult<WorkspaceStats> {
+        self.call(self.upstream.stats())
+    }
+
+    fn check(&self, _progress: &mut dyn FnMut(CheckProgress)) -> FileResult<CheckReport> {
+        self.call(self.upstream.check())
+    }
+
+    fn compact(&self, _progress: &mut dyn FnMut(CompactProgress)) -> FileResult<CompactReport> {
+        self.call(self.upstream.compact())
     }
 }

@@ -1,5 +1,6 @@
-//! The `computerd fs` commands that are file operations and nothing else (ls, stat,
-//! mkdir, rm, mv, cp, ln, find, grep, chmod, truncate), written once against
+//! The `computerd fs` commands that run on [`Files`] alone (ls, stat, mkdir, rm, mv,
+//! cp, ln, find, grep, chmod, truncate, tree, du, and with `fs_store.rs` stats, check
+//! and compact), written once against
 //! [`Files`]: the same code runs them on a database this process opened (`fs_cmd.rs`)
 //! and through a server's or an owner's typed calls (`remote.rs`), so they print the
 //! same either way. Also what every command shares: where it reads and writes, paths
@@ -18,6 +19,8 @@ use crate::fs_format::{
     json_string, kind_name, mode_string, parent_dir, parse_mode, parse_size, rfc3339_ns,
 };
 use crate::fs_ls::{Hidden, LsOptions};
+use crate::fs_store;
+use crate::fs_walk::{du, DuOptions};
 
 /// Where a command reads and writes: the process's own streams, or buffers when the
 /// command runs for a remote client (`computerd serve`).
@@ -58,14 +61,16 @@ fn into_dir(files: &dyn Files, src: &str, dst: String) -> String {
 // -------------------------------------------------------------------------------- runs
 
 /// Runs a file operation command (`FsCommand::is_file_operation`) on `files`, with the
-/// exit codes and error lines of [`run_on`].
+/// exit codes and error lines of `fs_cmd::run_on`; progress bars on the terminal if
+/// `progress`.
 pub fn run_file_operation(
     files: &dyn Files,
     command: FsCommand,
     stdio: &mut Stdio<'_>,
+    progress: bool,
 ) -> anyhow::Result<ExitCode> {
     let error_code = error_code(&command);
-    let result = file_operation(files, command, stdio);
+    let result = file_operation(files, command, stdio, progress);
     settle(result, error_code, stdio)
 }
 
@@ -102,6 +107,7 @@ pub(crate) fn file_operation(
     files: &dyn Files,
     command: FsCommand,
     stdio: &mut Stdio<'_>,
+    progress: bool,
 ) -> anyhow::Result<ExitCode> {
     debug_assert!(command.is_file_operation(), "{} is not", command.name());
     match command {
@@ -228,6 +234,38 @@ pub(crate) fn file_operation(
                 truncate(files, path, size, !no_create)
             })
         }
+        FsCommand::Tree { path } => {
+            let mut out = BufWriter::new(&mut *stdio.stdout);
+            let code = crate::fs_walk::tree(files, &ws_path(&path)?, &mut out, stdio.stderr)?;
+            out.flush().map_err(out_err)?;
+            Ok(code)
+        }
+        FsCommand::Du {
+            summarize,
+            human_readable,
+            path,
+            help: _,
+        } => {
+            let options = DuOptions {
+                summarize,
+                human: human_readable,
+            };
+            let mut out = BufWriter::new(&mut *stdio.stdout);
+            let code = du(files, &ws_path(&path)?, &options, &mut out, stdio.stderr)?;
+            out.flush().map_err(out_err)?;
+            Ok(code)
+        }
+        FsCommand::Check { no_progress, json } => {
+            fs_store::check(files, progress && !no_progress, json, stdio.stdout)
+        }
+        FsCommand::Compact { no_progress, json } => fs_store::compact(
+            files,
+            progress && !no_progress,
+            json,
+            stdio.stdout,
+            stdio.stderr,
+        ),
+        FsCommand::Stats { json } => fs_store::stats(files, json, stdio.stdout),
         other => Err(anyhow!("{}: not a file operation", other.name())),
     }
 }

@@ -1,56 +1,77 @@
-//! `tree` and `du`: walks of a workspace subtree through the inode API.
+//! `tree` and `du`: walks of a workspace subtree, written against [`Files`] so they run
+//! the same on a database here and through a server or an owner.
 //!
-//! The path API's own walk is private to the store, and names need not be UTF-8, so the
-//! walks here go by inode number: list a directory in pages, sort it by name, descend.
-//! Symlinks are shown, never followed. Memory is one directory listing per level.
+//! A directory is listed whole (in pages, by `Files::list`), sorted by name, then
+//! descended: memory is one listing per level. Symlinks are shown, never followed. A
+//! directory that cannot be listed (removed meanwhile, or a name the path API cannot
+//! spell) is reported on stderr and the walk goes on; the command then exits 1.
 
 use std::collections::HashSet;
 use std::io::Write;
+use std::process::ExitCode;
 
-use computer_vfs::{join, DirEntry, Error, FileKind, Fs, InodeNo, Workspace};
+use computer_sync::DirItem;
+use computer_vfs::{join, FileKind, InodeNo};
 
-use crate::fs_error::{out_err, vfs_err};
+use crate::fs_error::{out_err, report};
+use crate::fs_files::Files;
 use crate::fs_format::human_bytes;
 
-const PAGE: usize = 1024;
-
-/// Every entry of directory `dir`, sorted by name. A directory removed meanwhile is empty.
-fn list_dir(ws: &Workspace, dir: InodeNo, path: &str) -> Result<Vec<DirEntry>, Error> {
-    let mut out = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = match ws.readdir(dir, after, PAGE) {
-            Ok(page) => page,
-            Err(Error::NotFound(_)) => break,
-            Err(e) => return Err(e.at(path)),
-        };
-        let Some(last) = page.last() else { break };
-        after = last.cookie;
-        out.extend(page);
+/// Every entry of directory `path`, sorted by name; `None` (reported) if it cannot be
+/// listed.
+fn list_sorted(
+    files: &dyn Files,
+    path: &str,
+    stderr: &mut dyn Write,
+    failed: &mut bool,
+) -> Option<Vec<DirItem>> {
+    match files.list(path) {
+        Ok(mut items) => {
+            items.sort_by(|a, b| a.name.cmp(&b.name));
+            Some(items)
+        }
+        Err(err) => {
+            report(stderr, &anyhow::Error::new(err));
+            *failed = true;
+            None
+        }
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+}
+
+fn status(failed: bool) -> ExitCode {
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 struct TreeFrame {
-    entries: Vec<DirEntry>,
+    entries: Vec<DirItem>,
     next: usize,
+    path: String,
     prefix: String,
 }
 
 /// Prints the tree below `path` with box-drawing branches, then a count line.
-pub fn tree(fs: &Fs, path: &str, out: &mut dyn Write) -> anyhow::Result<()> {
-    let ws = fs.workspace();
-    let attr = fs.stat(path).map_err(vfs_err)?;
+pub fn tree(
+    files: &dyn Files,
+    path: &str,
+    out: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let root = files.node(path, true)?;
     writeln!(out, "{path}").map_err(out_err)?;
-    let (mut dirs, mut files) = (0u64, 0u64);
+    let (mut dirs, mut file_count) = (0u64, 0u64);
+    let mut failed = false;
     let mut stack = Vec::new();
-    if !attr.is_dir() {
-        files = 1;
-    } else {
+    if !root.attr.is_dir() {
+        file_count = 1;
+    } else if let Some(entries) = list_sorted(files, path, stderr, &mut failed) {
         stack.push(TreeFrame {
-            entries: list_dir(ws, attr.ino, path).map_err(vfs_err)?,
+            entries,
             next: 0,
+            path: path.to_owned(),
             prefix: String::new(),
         });
     }
@@ -65,29 +86,29 @@ pub fn tree(fs: &Fs, path: &str, out: &mut dyn Write) -> anyhow::Result<()> {
         let branch = if last { "└── " } else { "├── " };
         write!(out, "{prefix}{branch}").map_err(out_err)?;
         out.write_all(&entry.name).map_err(out_err)?;
-        match entry.kind {
-            FileKind::Symlink => {
-                files += 1;
-                if let Ok(target) = ws.readlink(entry.ino) {
-                    out.write_all(b" -> ").map_err(out_err)?;
-                    out.write_all(&target).map_err(out_err)?;
-                }
+        match (entry.node.attr.kind, &entry.node.target) {
+            (FileKind::Symlink, Some(target)) => {
+                file_count += 1;
+                out.write_all(b" -> ").map_err(out_err)?;
+                out.write_all(target).map_err(out_err)?;
                 writeln!(out).map_err(out_err)?;
             }
-            FileKind::Directory => {
+            (FileKind::Directory, _) => {
                 dirs += 1;
                 writeln!(out).map_err(out_err)?;
-                let child_path = join(path, &entry.name_lossy());
-                let entries = list_dir(ws, entry.ino, &child_path).map_err(vfs_err)?;
-                let indent = if last { "    " } else { "│   " };
-                stack.push(TreeFrame {
-                    entries,
-                    next: 0,
-                    prefix: format!("{prefix}{indent}"),
-                });
+                let child = join(&top.path, &String::from_utf8_lossy(&entry.name));
+                if let Some(entries) = list_sorted(files, &child, stderr, &mut failed) {
+                    let indent = if last { "    " } else { "│   " };
+                    stack.push(TreeFrame {
+                        entries,
+                        next: 0,
+                        path: child,
+                        prefix: format!("{prefix}{indent}"),
+                    });
+                }
             }
             _ => {
-                files += 1;
+                file_count += 1;
                 writeln!(out).map_err(out_err)?;
             }
         }
@@ -103,58 +124,67 @@ pub fn tree(fs: &Fs, path: &str, out: &mut dyn Write) -> anyhow::Result<()> {
         out,
         "\n{}, {}",
         plural(dirs, "directory", "directories"),
-        plural(files, "file", "files")
+        plural(file_count, "file", "files")
     )
     .map_err(out_err)?;
-    Ok(())
+    Ok(status(failed))
 }
 
 struct DuFrame {
     path: String,
-    entries: Vec<DirEntry>,
+    entries: Vec<DirItem>,
     next: usize,
     total: u64,
+}
+
+/// How `du` prints.
+pub struct DuOptions {
+    /// Only the total.
+    pub summarize: bool,
+    /// Sizes as `1.5M`.
+    pub human: bool,
 }
 
 /// Prints the logical bytes (sum of file sizes) of every directory below `path`, deepest
 /// first, like `du --apparent-size`; with `summarize`, only the total. Hard links count
 /// once.
 pub fn du(
-    fs: &Fs,
+    files: &dyn Files,
     path: &str,
-    summarize: bool,
-    human: bool,
+    options: &DuOptions,
     out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let ws = fs.workspace();
-    let attr = fs.stat(path).map_err(vfs_err)?;
+    stderr: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
     let show = |out: &mut dyn Write, bytes: u64, p: &str| -> anyhow::Result<()> {
-        let size = if human {
+        let size = if options.human {
             human_bytes(bytes)
         } else {
             bytes.to_string()
         };
         writeln!(out, "{size}\t{p}").map_err(out_err)
     };
-    if !attr.is_dir() {
-        let size = if attr.kind == FileKind::File {
-            attr.size
+    let root = files.node(path, true)?;
+    if !root.attr.is_dir() {
+        let size = if root.attr.kind == FileKind::File {
+            root.attr.size
         } else {
             0
         };
-        return show(out, size, path);
+        show(out, size, path)?;
+        return Ok(ExitCode::SUCCESS);
     }
+    let mut failed = false;
     let mut seen: HashSet<InodeNo> = HashSet::new();
     let mut stack = vec![DuFrame {
         path: path.to_owned(),
-        entries: list_dir(ws, attr.ino, path).map_err(vfs_err)?,
+        entries: list_sorted(files, path, stderr, &mut failed).unwrap_or_default(),
         next: 0,
         total: 0,
     }];
     while let Some(top) = stack.last_mut() {
         let Some(entry) = top.entries.get(top.next).cloned() else {
             let Some(done) = stack.pop() else { break };
-            if !summarize || stack.is_empty() {
+            if !options.summarize || stack.is_empty() {
                 show(out, done.total, &done.path)?;
             }
             if let Some(parent) = stack.last_mut() {
@@ -163,28 +193,20 @@ pub fn du(
             continue;
         };
         top.next += 1;
-        match entry.kind {
+        let attr = &entry.node.attr;
+        match attr.kind {
             FileKind::Directory => {
-                let child_path = join(&top.path, &entry.name_lossy());
-                let entries = list_dir(ws, entry.ino, &child_path).map_err(vfs_err)?;
+                let child = join(&top.path, &String::from_utf8_lossy(&entry.name));
+                let entries = list_sorted(files, &child, stderr, &mut failed);
                 stack.push(DuFrame {
-                    path: child_path,
-                    entries,
+                    path: child,
+                    entries: entries.unwrap_or_default(),
                     next: 0,
                     total: 0,
                 });
             }
             FileKind::File => {
-                let attr = match ws.getattr(entry.ino) {
-                    Ok(attr) => attr,
-                    // Removed while we walked.
-                    Err(Error::NotFound(_)) => continue,
-                    Err(e) => {
-                        let child_path = join(&top.path, &entry.name_lossy());
-                        return Err(vfs_err(e.at(&child_path)));
-                    }
-                };
-                if attr.nlink > 1 && !seen.insert(entry.ino) {
+                if attr.nlink > 1 && !seen.insert(attr.ino) {
                     continue;
                 }
                 top.total += attr.size;
@@ -192,5 +214,5 @@ pub fn du(
             _ => {}
         }
     }
-    Ok(())
+    Ok(status(failed))
 }

@@ -15,6 +15,7 @@ mod fs_format;
 mod fs_ls;
 mod fs_ops;
 mod fs_progress;
+mod fs_store;
 mod fs_walk;
 mod fuse;
 mod init;

@@ -2,8 +2,8 @@
 //!
 //! The owner writes as a mount does: the kernel writes staging files itself (passthrough)
 //! and the store ingests them later, on its own time. Another process's `computerd fs`
-//! commands reach the owner through its channel (`channel.rs`), as command lines and as
-//! file streams. After every step the workspace, read directly, must equal a simple model
+//! commands reach the owner through its channel (`channel.rs`): the commands' own code
+//! on the typed calls (`fs_ops.rs` on `RemoteFiles`), and file streams. After every step the workspace, read directly, must equal a simple model
 //! (each path a file's content or a directory), and whatever the second process read
 //! must equal the model too: a change from either side is never undone by the other
 //! (the data loss of issue 13 was a mount's staged copy ingested over a command's write).
@@ -11,12 +11,14 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 
-use computer_sync::rpc::{self, Address, RemoteUpstream};
-use computer_sync::ClientInfo;
+use computer_sync::rpc::Address;
 use computer_vfs::{FileKind, MkdirOptions, NewNode, OpenFlags, Options, RmOptions, Workspace};
 use proptest::prelude::*;
 
 use crate::channel::ChannelServer;
+use crate::fs_args::FsCommand;
+use crate::fs_files::RemoteFiles;
+use crate::fs_ops::Stdio;
 
 /// The files the operations touch; `/d` is the one directory.
 const FILES: [&str; 4] = ["/f1", "/f2", "/d/f1", "/d/f2"];
@@ -31,8 +33,8 @@ enum Op {
     OwnerWrite(usize, Vec<u8>),
     OwnerRm(usize),
     OwnerMkdir,
-    /// `computerd fs DB write`, through a stream or as a command line.
-    Write(usize, Vec<u8>, bool),
+    /// `computerd fs DB write`, through a stream.
+    Write(usize, Vec<u8>),
     /// `computerd fs DB write --append`, through a stream.
     Append(usize, Vec<u8>),
     /// `computerd fs DB rm -r -f`.
@@ -73,7 +75,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (file(), data()).prop_map(|(f, d)| Op::OwnerWrite(f, d)),
         1 => any_path().prop_map(Op::OwnerRm),
         1 => Just(Op::OwnerMkdir),
-        4 => (file(), data(), any::<bool>()).prop_map(|(f, d, s)| Op::Write(f, d, s)),
+        4 => (file(), data()).prop_map(|(f, d)| Op::Write(f, d)),
         2 => (file(), data()).prop_map(|(f, d)| Op::Append(f, d)),
         1 => any_path().prop_map(Op::Rm),
         2 => (file(), file()).prop_map(|(a, b)| Op::Mv(a, b)),
@@ -129,7 +131,7 @@ impl Model {
     /// Whether the operation succeeds, and what a read returns.
     fn apply(&mut self, op: &Op) -> (bool, Option<Vec<u8>>) {
         match op {
-            Op::OwnerWrite(f, data) | Op::Write(f, data, _) => {
+            Op::OwnerWrite(f, data) | Op::Write(f, data) => {
                 (self.put(path(*f), data.clone()), None)
             }
             Op::Append(f, data) => {
@@ -178,9 +180,7 @@ impl Model {
 struct Owner {
     ws: Workspace,
     _channel: ChannelServer,
-    upstream: RemoteUpstream,
-    runtime: tokio::runtime::Runtime,
-    local: tokio::task::LocalSet,
+    files: RemoteFiles,
     _dir: tempfile::TempDir,
 }
 
@@ -196,25 +196,12 @@ impl Owner {
         let ws = Workspace::open(&db, options).unwrap();
         assert!(ws.has_staging(), "the owner writes as a mount does");
         let (channel, published) = ChannelServer::start(&db, ws.clone(), None).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let local = tokio::task::LocalSet::new();
         let address = Address::Unix(published.socket.clone());
-        let token = published.token.as_bytes().to_vec();
-        let (upstream, _) = local
-            .block_on(
-                &runtime,
-                rpc::connect(&address, &token, ClientInfo::default()),
-            )
-            .unwrap();
+        let files = RemoteFiles::connect(&address, published.token.as_bytes()).unwrap();
         Owner {
             ws,
             _channel: channel,
-            upstream,
-            runtime,
-            local,
+            files,
             _dir: dir,
         }
     }
@@ -234,13 +221,12 @@ impl Owner {
                 self.ws.fs().mkdir(DIR, MkdirOptions::default()).is_ok(),
                 None,
             ),
-            Op::Write(f, data, true) => (self.stream_write(path(*f), data, false), None),
-            Op::Write(f, data, false) => (self.command(&["write", path(*f)], data), None),
+            Op::Write(f, data) => (self.stream_write(path(*f), data, false), None),
             Op::Append(f, data) => (self.stream_write(path(*f), data, true), None),
-            Op::Rm(p) => (self.command(&["rm", "-r", "-f", path(*p)], b""), None),
-            Op::Mv(a, b) => (self.command(&["mv", path(*a), path(*b)], b""), None),
-            Op::Cp(a, b) => (self.command(&["cp", path(*a), path(*b)], b""), None),
-            Op::Mkdir => (self.command(&["mkdir", "-p", DIR], b""), None),
+            Op::Rm(p) => (self.command(&["rm", "-r", "-f", path(*p)]), None),
+            Op::Mv(a, b) => (self.command(&["mv", path(*a), path(*b)]), None),
+            Op::Cp(a, b) => (self.command(&["cp", path(*a), path(*b)]), None),
+            Op::Mkdir => (self.command(&["mkdir", "-p", DIR]), None),
             Op::Cat(p) => match self.stream_read(path(*p)) {
                 Some(content) => (true, Some(content)),
                 None => (false, None),
@@ -289,18 +275,29 @@ impl Owner {
         written.and(released)
     }
 
-    /// `computerd fs DB ARGS` through the channel, fed `stdin`; whether it exited 0.
-    fn command(&self, args: &[&str], stdin: &[u8]) -> bool {
-        let output = self
-            .local
-            .block_on(&self.runtime, self.upstream.fs(args, stdin))
-            .unwrap();
-        output.status == 0
+    /// `computerd fs DB ARGS` (a file operation) through the channel; whether it
+    /// succeeded.
+    fn command(&self, args: &[&str]) -> bool {
+        #[derive(clap::Parser)]
+        #[command(no_binary_name = true)]
+        struct Line {
+            #[command(subcommand)]
+            command: FsCommand,
+        }
+        let line = <Line as clap::Parser>::try_parse_from(args).unwrap();
+        let (mut stdin, mut stdout, mut stderr) = (&b""[..], Vec::new(), Vec::new());
+        let mut stdio = Stdio {
+            stdin: &mut stdin,
+            stdout: &mut stdout,
+            stderr: &mut stderr,
+        };
+        let ran = crate::fs_ops::run_file_operation(&self.files, line.command, &mut stdio, false);
+        matches!(ran, Ok(code) if code == std::process::ExitCode::SUCCESS)
     }
 
     fn stream_write(&self, path: &str, data: &[u8], append: bool) -> bool {
-        let written = self.local.block_on(&self.runtime, async {
-            let mut writer = self.upstream.open_write(path, append).await?;
+        let written = self.files.block_on(async {
+            let mut writer = self.files.upstream().open_write(path, append).await?;
             writer.write(data).await?;
             writer.commit().await
         });
@@ -315,8 +312,8 @@ impl Owner {
     }
 
     fn stream_read(&self, path: &str) -> Option<Vec<u8>> {
-        let read = self.local.block_on(&self.runtime, async {
-            let mut reader = self.upstream.open_read(path).await?;
+        let read = self.files.block_on(async {
+            let mut reader = self.files.upstream().open_read(path).await?;
             let mut content = Vec::new();
             while let Some(piece) = reader.next_piece().await? {
                 content.extend_from_slice(&piece);

@@ -1,8 +1,7 @@
 //! What the commands that talk to a server share: the server's address and token, and
 //! `computerd fs --remote ADDR <command>`, which runs a file command on the served
-//! workspace and prints what it printed.
+//! workspace through the protocol's typed calls and file streams.
 
-use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -76,8 +75,7 @@ pub fn fs(
     }
     let address = address(remote)?;
     let token = read_token(token_file)?;
-    let args = command_line(std::env::args_os().skip(1));
-    run_at(&address, &token, args, command)
+    run_at(&address, &token, command)
 }
 
 /// `computerd fs DB <command>` on a database another process owns: the command runs in
@@ -94,26 +92,14 @@ pub fn fs_through_owner(
             db.display()
         );
     }
-    let mut args = command_line(std::env::args_os().skip(1));
-    // The database is the first word left: the owner knows which it is.
-    let db_word = db.as_os_str().as_bytes();
-    if let Some(at) = args.iter().position(|a| a == db_word) {
-        args.remove(at);
-    }
     let address = Address::Unix(channel.socket.clone());
-    run_at(&address, channel.token.as_bytes(), args, command)
+    run_at(&address, channel.token.as_bytes(), command)
 }
 
 /// Runs `command` on the server at `address`: file operations through its typed calls
-/// (`fs_files.rs`), `cat` and `write` through file streams (any size, in bounded memory),
-/// the others as their command line `args`, printing what the server printed. Exits
-/// with the command's status.
-fn run_at(
-    address: &Address,
-    token: &[u8],
-    args: Vec<Vec<u8>>,
-    command: &FsCommand,
-) -> anyhow::Result<ExitCode> {
+/// (`fs_files.rs`), `cat` and `write` through file streams (any size, in bounded
+/// memory). Exits with the command's status.
+fn run_at(address: &Address, token: &[u8], command: &FsCommand) -> anyhow::Result<ExitCode> {
     let files = RemoteFiles::connect(address, token)?;
     if command.is_file_operation() {
         let (mut stdin, mut stdout, mut stderr) = (
@@ -126,14 +112,17 @@ fn run_at(
             stdout: &mut stdout,
             stderr: &mut stderr,
         };
-        return crate::fs_ops::run_file_operation(&files, command.clone(), &mut stdio);
+        return crate::fs_ops::run_file_operation(&files, command.clone(), &mut stdio, false);
     }
     let upstream = files.upstream();
     let ran = files.block_on(async {
         match command {
             FsCommand::Cat { paths } => cat(upstream, paths).await,
             FsCommand::Write { path, append } => write(upstream, path, *append).await,
-            _ => command_line_at(upstream, &args).await,
+            other => Err(Failure::Local(anyhow!(
+                "{}: runs only on a database this process opens",
+                other.name()
+            ))),
         }
     });
     ran.map_err(|err| match err {
@@ -153,18 +142,6 @@ impl From<computer_sync::Error> for Failure {
     fn from(err: computer_sync::Error) -> Failure {
         Failure::Sync(err)
     }
-}
-
-/// Runs a command line on the server and prints what it printed.
-async fn command_line_at(upstream: &RemoteUpstream, args: &[Vec<u8>]) -> Result<ExitCode, Failure> {
-    let output = upstream.fs(args, &[]).await?;
-    // A reader that went away (`| head`) is not an error of ours.
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout
-        .write_all(&output.stdout)
-        .and_then(|()| stdout.flush());
-    let _ = std::io::stderr().write_all(&output.stderr);
-    Ok(ExitCode::from(u8::try_from(output.status).unwrap_or(1)))
 }
 
 /// `cat`: each file streamed to stdout as it arrives. A path that fails is reported
@@ -271,74 +248,9 @@ fn read_stdin_into(pieces: tokio::sync::mpsc::Sender<anyhow::Result<Vec<u8>>>) {
     }
 }
 
-/// The file command's own arguments out of this process's command line (`args` without
-/// the program name): what follows `fs`, without the options that only say where the
-/// workspace is (`--remote`, `--token-file`) or how this process logs (`--log`).
-fn command_line(args: impl IntoIterator<Item = OsString>) -> Vec<Vec<u8>> {
-    const LOCAL_OPTIONS: [&str; 3] = ["--remote", "--token-file", "--log"];
-    let mut args = args.into_iter().map(|a| a.as_bytes().to_vec());
-    // Global options may come before `fs`.
-    for arg in args.by_ref() {
-        if arg == b"fs" {
-            break;
-        }
-    }
-    let mut out = Vec::new();
-    let mut after_separator = false;
-    while let Some(arg) = args.next() {
-        if !after_separator {
-            if arg == b"--" {
-                after_separator = true;
-            } else if LOCAL_OPTIONS.iter().any(|o| arg == o.as_bytes()) {
-                args.next();
-                continue;
-            } else if LOCAL_OPTIONS
-                .iter()
-                .any(|o| arg.starts_with(o.as_bytes()) && arg.get(o.len()) == Some(&b'='))
-            {
-                continue;
-            }
-        }
-        out.push(arg);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn line(args: &[&str]) -> Vec<String> {
-        command_line(args.iter().map(OsString::from))
-            .into_iter()
-            .map(|a| String::from_utf8(a).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn the_command_line_loses_only_where_the_workspace_is() {
-        assert_eq!(
-            line(&["--log", "debug", "fs", "--remote", "tcp:h:1", "ls", "-l", "/a"]),
-            ["ls", "-l", "/a"]
-        );
-        assert_eq!(
-            line(&[
-                "fs",
-                "--remote=/s",
-                "--token-file",
-                "/t",
-                "cat",
-                "/x",
-                "--log=info"
-            ]),
-            ["cat", "/x"]
-        );
-        // After `--`, everything is the command's, even what looks like an option.
-        assert_eq!(
-            line(&["fs", "--remote", "/s", "rm", "--", "--remote"]),
-            ["rm", "--", "--remote"]
-        );
-    }
 
     #[test]
     fn tokens_come_from_the_file_without_its_newline() {

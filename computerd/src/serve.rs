@@ -9,12 +9,11 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
 use computer_sync::files::FileStreams;
-use computer_sync::rpc::{self, Address, FsOutput, ServeOptions, ServerSocket};
+use computer_sync::rpc::{self, Address, ServeOptions, ServerSocket};
 use computer_sync::Authority;
 use computer_vfs::{Options, Workspace};
 
@@ -64,16 +63,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None)?;
     owner.offer(offer)?;
     owner.serving()?;
-    let handler_ws = ws.clone();
     let serve_options = ServeOptions {
-        fs_handler: Some(Arc::new(move |argv: Vec<Vec<u8>>, stdin: Vec<u8>| {
-            let run = crate::fs_cmd::run_for_remote(&handler_ws, &argv, &stdin);
-            FsOutput {
-                stdout: run.stdout,
-                stderr: run.stderr,
-                status: run.status,
-            }
-        })),
         connections_max: args.connections_max,
         files: Some(FileStreams::default()),
         ..ServeOptions::default()

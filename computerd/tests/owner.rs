@@ -437,7 +437,8 @@ fn quiet_says_no_more_than_results_and_errors() {
 #[test]
 fn files_of_any_size_stream_through_the_owner() {
     let m = Mount::new();
-    // Larger than the 24 MiB a command line's output may be: cat and write stream.
+    // Larger than one message may hold (and than the 24 MiB a command line's output
+    // could be before protocol version 3): cat and write stream.
     let big: Vec<u8> = (0..(40u64 << 20) + 3)
         .map(|i| (i * 13 % 241) as u8)
         .collect();

@@ -616,6 +616,11 @@ fn file_commands_print_the_same_through_a_server_as_on_its_database() {
         &["grep", "-i", "needle", "/"],
         &["grep", "-m", "1", "needle", "/p"],
         &["grep", "absent", "/"],
+        &["tree", "/"],
+        &["tree", "/p/notes.txt"],
+        &["du", "/"],
+        &["du", "-sh", "/p"],
+        &["du", "/missing"],
     ] {
         let remote = server.fs(args, b"");
         let here = local(args);
@@ -627,6 +632,28 @@ fn file_commands_print_the_same_through_a_server_as_on_its_database() {
             status(&here)
         );
     }
+    // The commands on the whole store: the same figures, whatever the clock says.
+    let figures = |out: std::process::Output| -> Vec<String> {
+        assert!(out.status.success(), "{}", status(&out));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|line| !line.starts_with("database bytes") && !line.starts_with("free in"))
+            .map(|line| line.split(" in ").next().unwrap_or(line).to_owned())
+            .collect()
+    };
+    assert_eq!(
+        figures(server.fs(&["stats"], b"")),
+        figures(local(&["stats"]))
+    );
+    let checked = figures(server.fs(&["check"], b""));
+    assert_eq!(checked, figures(local(&["check"])));
+    assert!(checked[0].starts_with("checked 8 nodes"), "{checked:?}");
+    let compacted = figures(server.fs(&["compact", "--json"], b""));
+    assert!(
+        compacted[0].starts_with("{\"bytes_before\":"),
+        "{compacted:?}"
+    );
     // What the mutations did, seen from the database.
     let listing = String::from_utf8(local(&["ls", "-l", "/p/q"]).stdout).unwrap();
     assert!(listing.contains("-rw------- 1 "), "{listing}");

@@ -6,9 +6,10 @@
 #![no_main]
 
 use computer_sync::wire::{self, Wire};
-use computer_sync::{ClientInfo, DirItem, NodeInfo, ServerInfo};
+use computer_sync::{ClientInfo, DirItem, NodeInfo, ServerInfo, WorkspaceStats};
 use computer_vfs::{
-    BlockHash, BlockRef, ChangeEntry, ChangePage, Conflict, Cursor, GrepMatch, StoredBlock,
+    BlockHash, BlockRef, ChangeEntry, ChangePage, CheckReport, CompactReport, Conflict, Cursor,
+    GrepMatch, StoredBlock,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -45,6 +46,9 @@ fuzz_target!(|data: &[u8]| {
     check::<GrepMatch>(data);
     check::<Vec<DirItem>>(data);
     check::<Vec<GrepMatch>>(data);
+    check::<WorkspaceStats>(data);
+    check::<CheckReport>(data);
+    check::<CompactReport>(data);
     // A file stream's path: what decodes is the same bytes, as a path.
     if let Ok(path) = wire::file_path(data) {
         assert_eq!(path.as_bytes(), data);

@@ -8,7 +8,7 @@
 @0xd6a3c9f0b2e47a15;
 
 # Bumped whenever a message or method changes meaning; peers that differ refuse to talk.
-const protocolVersion :UInt32 = 2;
+const protocolVersion :UInt32 = 3;
 
 struct Cursor {
   revision @0 :UInt64;
@@ -110,8 +110,9 @@ interface Session {
   # Blocks sent ahead of the push whose entries use them (a transfer too large for one
   # push): stored, held until a push uses them or the server gives up on them.
   putBlocks @6 (blocks :List(Block)) -> (added :UInt32);
-  # Runs a `computerd fs` command on the served workspace: the same commands as against
-  # a database, for tools and tests. Arguments as the command line has them.
+  # Retired in protocol version 3 (it ran a `computerd fs` command line and answered
+  # with its output): servers answer it as unimplemented. The typed calls below replace
+  # it; the ordinal stays taken.
   fs @7 (args :List(Data), stdin :Data) -> (stdout :Data, stderr :Data, status :Int32);
 
   # Typed file streams (protocol version 2), in bounded memory whatever the file's size:
@@ -150,6 +151,51 @@ interface Session {
   # Lines matching `pattern` in the files below `path`, at most `maxMatches` (and 65536)
   # and 16 MiB; `include` (a glob on file names) may be empty.
   grep @21 (pattern :Data, path :Data, regex :Bool, ignoreCase :Bool, maxMatches :UInt32, include :Data) -> (matches :List(GrepMatch), complete :Bool);
+
+  # Operations on the whole workspace (protocol version 3).
+
+  # What the workspace holds and what storing it costs.
+  stats @22 () -> (stats :Stats);
+  # Verifies every invariant of the database from scratch (reads every block): at most
+  # 1000 problems listed, the rest counted.
+  check @23 () -> (report :CheckReport);
+  # Gives the pages deleted content freed back to the file system.
+  compact @24 () -> (report :CompactReport);
+}
+
+struct Stats {
+  workspaceId @0 :Text;
+  files @1 :UInt64;
+  directories @2 :UInt64;
+  symlinks @3 :UInt64;
+  otherNodes @4 :UInt64;
+  # Sum of file sizes; bytes of distinct blocks before and after compression.
+  logicalBytes @5 :UInt64;
+  uniqueBytes @6 :UInt64;
+  storedBytes @7 :UInt64;
+  blocks @8 :UInt64;
+  # The database's files on disk, and its pages that deleted content freed.
+  databaseBytes @9 :UInt64;
+  freeBytes @10 :UInt64;
+  stagedFiles @11 :UInt64;
+  revision @12 :UInt64;
+}
+
+struct CheckReport {
+  nodes @0 :UInt64;
+  blocks @1 :UInt64;
+  blockBytes @2 :UInt64;
+  # One line each.
+  problems @3 :List(Text);
+  problemsUnlisted @4 :UInt64;
+}
+
+struct CompactReport {
+  # The database's pages before and after, free ones included.
+  bytesBefore @0 :UInt64;
+  bytesAfter @1 :UInt64;
+  # Rewritten once to take incremental vacuum.
+  rewrote @2 :Bool;
 }
 
 # A node as `stat` and `list` give it.

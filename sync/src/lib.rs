@@ -48,5 +48,5 @@ pub use follow::{
 pub use replica::{AppliedObserver, BatchLimits, Replica, SyncReport, Upstream, UPSTREAM};
 pub use retry::{Backoff, Next, RetryPolicy};
 pub use rpc::{Address, RemoteUpstream};
-pub use types::{Bounded, ClientInfo, DirItem, DirPage, NodeInfo, ServerInfo};
+pub use types::{Bounded, ClientInfo, DirItem, DirPage, NodeInfo, ServerInfo, WorkspaceStats};
 pub use wire::{Frame, Wire, PROTOCOL_VERSION};

@@ -73,7 +73,7 @@ use crate::{ClientInfo, Error};
 pub use client::{
     connect, connect_with, ConnectOptions, RemoteFileReader, RemoteFileWriter, RemoteUpstream,
 };
-pub use server::{serve, FsHandler, FsOutput, ServeOptions, ServerSocket};
+pub use server::{serve, ServeOptions, ServerSocket};
 
 /// Where a server listens and a client connects: `tcp:HOST:PORT` is TCP, anything else
 /// is the path of a Unix socket.

@@ -60,3 +60,10 @@ pub struct Bounded<T> {
     /// False if more matched than the answer holds.
     pub complete: bool,
 }
+
+/// What `stats` answers: the workspace's id and its figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceStats {
+    pub workspace_id: String,
+    pub stats: computer_vfs::Stats,
+}

@@ -25,12 +25,13 @@ use computer_vfs::{
     EntryState, FileKind, GrepMatch, InodeNo, Revision, StoredBlock, HASH_LEN, NAME_MAX, PATH_MAX,
     SYMLINK_MAX,
 };
+use computer_vfs::{CheckReport, CompactReport, Problem, Stats, CHECK_PROBLEMS_LISTED_MAX};
 
 use crate::sync_capnp::{
-    block, block_ref, client_info, conflict, cursor, dir_item, entry, grep_match, node, page,
-    server_info,
+    block, block_ref, check_report, client_info, compact_report, conflict, cursor, dir_item, entry,
+    grep_match, node, page, server_info, stats,
 };
-use crate::{ClientInfo, DirItem, Error, NodeInfo, Result, ServerInfo};
+use crate::{ClientInfo, DirItem, Error, NodeInfo, Result, ServerInfo, WorkspaceStats};
 
 /// The protocol version of this build (`protocolVersion` in the schema): peers that
 /// differ refuse to talk.
@@ -206,6 +207,19 @@ wire_struct!(Conflict, conflict, write_conflict, read_conflict);
 wire_struct!(NodeInfo, node, write_node, read_node);
 wire_struct!(DirItem, dir_item, write_dir_item, read_dir_item);
 wire_struct!(GrepMatch, grep_match, write_grep_match, read_grep_match);
+wire_struct!(WorkspaceStats, stats, write_stats, read_stats);
+wire_struct!(
+    CheckReport,
+    check_report,
+    write_check_report,
+    read_check_report
+);
+wire_struct!(
+    CompactReport,
+    compact_report,
+    write_compact_report,
+    read_compact_report
+);
 
 macro_rules! wire_list {
     ($item:ty, $list:ty, $write:ident, $read:ident) => {
@@ -754,67 +768,124 @@ pub(crate) fn write_token(token: &[u8], set: impl FnOnce(&[u8])) -> Result<()> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The `fs` call: a command line, its stdin, and its outputs.
+// Operations on the whole workspace (`stats`, `check`, `compact`).
 
-/// Most arguments of one `fs` call.
-pub const FS_ARGS_MAX: usize = 4096;
-/// Most bytes of all the arguments of one `fs` call together (a command line; Linux's
-/// `ARG_MAX` is 2 MiB).
-pub const FS_ARGS_BYTES_MAX: usize = 1 << 20;
-/// Most bytes of an `fs` call's stdin, and of each of its stdout and stderr: both outputs
-/// together stay well within one message ([`MESSAGE_WORDS_MAX`]).
-pub const FS_STREAM_BYTES_MAX: usize = 24 << 20;
+/// Most problems one `check` answer lists: as many as the store lists; it counts the rest.
+pub const CHECK_PROBLEMS_MAX: usize = CHECK_PROBLEMS_LISTED_MAX;
+/// Longest problem line a `check` answer carries; the encoder cuts longer ones.
+pub const CHECK_PROBLEM_BYTES_MAX: usize = 8 << 10;
 
-const _: () = assert!(2 * FS_STREAM_BYTES_MAX + (1 << 20) <= MESSAGE_WORDS_MAX * 8);
-const _: () = assert!(FS_STREAM_BYTES_MAX + FS_ARGS_BYTES_MAX + (1 << 20) <= MESSAGE_WORDS_MAX * 8);
+const _: () = assert!(CHECK_PROBLEMS_MAX * (CHECK_PROBLEM_BYTES_MAX + 16) <= MESSAGE_WORDS_MAX * 8);
 
-pub(crate) fn write_fs_args<'a, A: AsRef<[u8]>>(
-    args: &[A],
-    init: impl FnOnce(u32) -> data_list::Builder<'a>,
-) -> Result<()> {
-    let len = list_len("fs arguments", "arguments", args.len(), FS_ARGS_MAX)?;
-    let total: usize = args.iter().map(|a| a.as_ref().len()).sum();
-    check_len("fs arguments", "bytes", total, FS_ARGS_BYTES_MAX)?;
-    let mut list = init(len);
-    for (i, arg) in (0..len).zip(args) {
-        list.set(i, arg.as_ref());
-    }
+pub(crate) fn write_stats(value: &WorkspaceStats, mut builder: stats::Builder<'_>) -> Result<()> {
+    check_id("workspace id", value.workspace_id.as_bytes())?;
+    let s = &value.stats;
+    builder.set_workspace_id(value.workspace_id.as_str());
+    builder.set_files(s.files);
+    builder.set_directories(s.directories);
+    builder.set_symlinks(s.symlinks);
+    builder.set_other_nodes(s.other_nodes);
+    builder.set_logical_bytes(s.logical_bytes);
+    builder.set_unique_bytes(s.unique_bytes);
+    builder.set_stored_bytes(s.stored_bytes);
+    builder.set_blocks(s.blocks);
+    builder.set_database_bytes(s.database_bytes);
+    builder.set_free_bytes(s.free_bytes);
+    builder.set_staged_files(s.staged_files);
+    builder.set_revision(s.revision.0);
     Ok(())
 }
 
-pub(crate) fn read_fs_args(list: data_list::Reader<'_>) -> Result<Vec<Vec<u8>>> {
-    check_len(
-        "fs arguments",
-        "arguments",
-        list.len() as usize,
-        FS_ARGS_MAX,
+pub(crate) fn read_stats(reader: stats::Reader<'_>) -> Result<WorkspaceStats> {
+    Ok(WorkspaceStats {
+        workspace_id: read_id("workspace id", reader.get_workspace_id()?)?,
+        stats: Stats {
+            files: reader.get_files(),
+            directories: reader.get_directories(),
+            symlinks: reader.get_symlinks(),
+            other_nodes: reader.get_other_nodes(),
+            logical_bytes: reader.get_logical_bytes(),
+            unique_bytes: reader.get_unique_bytes(),
+            stored_bytes: reader.get_stored_bytes(),
+            blocks: reader.get_blocks(),
+            database_bytes: reader.get_database_bytes(),
+            free_bytes: reader.get_free_bytes(),
+            staged_files: reader.get_staged_files(),
+            revision: Revision(reader.get_revision()),
+        },
+    })
+}
+
+/// `line` cut to at most [`CHECK_PROBLEM_BYTES_MAX`] bytes, at a character boundary.
+fn problem_line(line: &str) -> &str {
+    let mut end = line.len().min(CHECK_PROBLEM_BYTES_MAX);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    &line[..end]
+}
+
+pub(crate) fn write_check_report(
+    value: &CheckReport,
+    mut builder: check_report::Builder<'_>,
+) -> Result<()> {
+    let len = list_len(
+        "check report",
+        "problems",
+        value.problems.len(),
+        CHECK_PROBLEMS_MAX,
     )?;
-    let mut args = Vec::with_capacity(preallocated(list.len()));
-    let mut total = 0usize;
-    for item in list.iter() {
-        let arg = item?;
-        total = total.saturating_add(arg.len());
-        check_len("fs arguments", "bytes", total, FS_ARGS_BYTES_MAX)?;
-        args.push(arg.to_vec());
+    builder.set_nodes(value.nodes);
+    builder.set_blocks(value.blocks);
+    builder.set_block_bytes(value.block_bytes);
+    builder.set_problems_unlisted(value.problems_unlisted as u64);
+    let mut list = builder.init_problems(len);
+    for (i, problem) in (0..len).zip(&value.problems) {
+        list.set(i, problem_line(&problem.0));
     }
-    Ok(args)
-}
-
-/// An `fs` call's stdin, stdout or stderr (`what`), checked against
-/// [`FS_STREAM_BYTES_MAX`] before `set` copies it into the message.
-pub(crate) fn write_fs_stream(
-    what: &'static str,
-    bytes: &[u8],
-    set: impl FnOnce(&[u8]),
-) -> Result<()> {
-    check_len(what, "bytes", bytes.len(), FS_STREAM_BYTES_MAX)?;
-    set(bytes);
     Ok(())
 }
 
-pub(crate) fn read_fs_stream(what: &'static str, reader: data::Reader<'_>) -> Result<Vec<u8>> {
-    check_len(what, "bytes", reader.len(), FS_STREAM_BYTES_MAX)?;
-    Ok(reader.to_vec())
+pub(crate) fn read_check_report(reader: check_report::Reader<'_>) -> Result<CheckReport> {
+    const WHAT: &str = "check report";
+    let list = reader.get_problems()?;
+    check_len(WHAT, "problems", list.len() as usize, CHECK_PROBLEMS_MAX)?;
+    let mut problems = Vec::with_capacity(preallocated(list.len()));
+    for line in list.iter() {
+        let line = line?;
+        check_len(WHAT, "problem bytes", line.len(), CHECK_PROBLEM_BYTES_MAX)?;
+        let line = line
+            .to_str()
+            .map_err(|_| Error::malformed(WHAT, "problem not UTF-8"))?;
+        problems.push(Problem(line.to_owned()));
+    }
+    let problems_unlisted = usize::try_from(reader.get_problems_unlisted())
+        .map_err(|_| Error::malformed(WHAT, "problem count beyond this machine's"))?;
+    Ok(CheckReport {
+        problems,
+        problems_unlisted,
+        nodes: reader.get_nodes(),
+        blocks: reader.get_blocks(),
+        block_bytes: reader.get_block_bytes(),
+    })
+}
+
+pub(crate) fn write_compact_report(
+    value: &CompactReport,
+    mut builder: compact_report::Builder<'_>,
+) -> Result<()> {
+    builder.set_bytes_before(value.bytes_before);
+    builder.set_bytes_after(value.bytes_after);
+    builder.set_rewrote(value.rewrote);
+    Ok(())
+}
+
+pub(crate) fn read_compact_report(reader: compact_report::Reader<'_>) -> Result<CompactReport> {
+    Ok(CompactReport {
+        bytes_before: reader.get_bytes_before(),
+        bytes_after: reader.get_bytes_after(),
+        rewrote: reader.get_rewrote(),
+    })
 }
 
 // ---------------------------------------------------------------------------------------

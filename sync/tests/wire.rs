@@ -3,10 +3,11 @@
 //! `src/wire/tests.rs`.
 
 use computer_sync::wire::{self, Wire, CHUNK_BYTES_MAX, ENTRIES_PER_PAGE_MAX};
-use computer_sync::{ClientInfo, DirItem, NodeInfo, ServerInfo, PROTOCOL_VERSION};
+use computer_sync::{ClientInfo, DirItem, NodeInfo, ServerInfo, WorkspaceStats, PROTOCOL_VERSION};
 use computer_vfs::{
-    Attr, BlockHash, BlockRef, ChangeEntry, ChangePage, ChunkSizes, Codec, Conflict, Cursor,
-    EntryState, FileKind, GrepMatch, InodeNo, Revision, StoredBlock,
+    Attr, BlockHash, BlockRef, ChangeEntry, ChangePage, CheckReport, ChunkSizes, Codec,
+    CompactReport, Conflict, Cursor, EntryState, FileKind, GrepMatch, InodeNo, Problem, Revision,
+    Stats, StoredBlock,
 };
 use proptest::prelude::*;
 
@@ -289,6 +290,63 @@ fn typed_file_answers() {
     assert!(relative.to_bytes().is_err());
 }
 
+fn workspace_stats() -> WorkspaceStats {
+    WorkspaceStats {
+        workspace_id: "workspace".into(),
+        stats: Stats {
+            files: 3,
+            directories: 2,
+            symlinks: 1,
+            other_nodes: 0,
+            logical_bytes: 3 << 20,
+            unique_bytes: 1 << 20,
+            stored_bytes: 1 << 19,
+            blocks: 16,
+            database_bytes: 2 << 20,
+            free_bytes: 4096,
+            staged_files: 1,
+            revision: Revision(77),
+        },
+    }
+}
+
+fn check_report() -> CheckReport {
+    CheckReport {
+        problems: vec![Problem("block 3: refcount 2, used 1".into())],
+        problems_unlisted: 5,
+        nodes: 7,
+        blocks: 16,
+        block_bytes: 1 << 20,
+    }
+}
+
+#[test]
+fn workspace_answers() {
+    round_trip(&workspace_stats());
+    round_trip(&check_report());
+    round_trip(&CheckReport::default());
+    round_trip(&CompactReport {
+        bytes_before: 1 << 30,
+        bytes_after: 110_592,
+        rewrote: true,
+    });
+    // More problems than an answer lists are refused; a long line is cut, not refused.
+    let mut many = check_report();
+    many.problems = vec![Problem("p".into()); wire::CHECK_PROBLEMS_MAX + 1];
+    assert!(many.to_bytes().is_err());
+    let mut long = check_report();
+    long.problems = vec![Problem("é".repeat(wire::CHECK_PROBLEM_BYTES_MAX))];
+    let cut = CheckReport::from_bytes(&long.to_bytes().unwrap()).unwrap();
+    let line = &cut.problems[0].0;
+    assert!(
+        line.len() <= wire::CHECK_PROBLEM_BYTES_MAX
+            && line.len() + 2 > wire::CHECK_PROBLEM_BYTES_MAX
+    );
+    let mut nul = workspace_stats();
+    nul.workspace_id = "a\0b".into();
+    assert!(nul.to_bytes().is_err());
+}
+
 /// A deterministic stream of pseudo-random bytes (xorshift64*).
 fn noise(seed: u64, len: usize) -> Vec<u8> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -323,6 +381,9 @@ fn decode_all(bytes: &[u8]) -> usize {
         GrepMatch::from_bytes(bytes).is_ok(),
         Vec::<DirItem>::from_bytes(bytes).is_ok(),
         Vec::<GrepMatch>::from_bytes(bytes).is_ok(),
+        WorkspaceStats::from_bytes(bytes).is_ok(),
+        CheckReport::from_bytes(bytes).is_ok(),
+        CompactReport::from_bytes(bytes).is_ok(),
     ];
     results.iter().filter(|ok| **ok).count()
 }
@@ -590,6 +651,14 @@ fn write_fuzz_seeds() {
     };
     add("grep-match", found.to_bytes().unwrap());
     add("grep-matches", vec![found].to_bytes().unwrap());
+    add("stats", workspace_stats().to_bytes().unwrap());
+    add("check-report", check_report().to_bytes().unwrap());
+    let compacted = CompactReport {
+        bytes_before: 8192,
+        bytes_after: 4096,
+        rewrote: false,
+    };
+    add("compact-report", compacted.to_bytes().unwrap());
     for (name, bytes) in seeds {
         std::fs::write(dir.join(format!("{name}.bin")), bytes).unwrap();
     }

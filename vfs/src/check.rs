@@ -18,7 +18,7 @@ use crate::types::{FileKind, InodeNo};
 use crate::workspace::Workspace;
 
 /// Problems reported past this many are counted, not listed.
-const PROBLEMS_LISTED_MAX: usize = 1000;
+pub const CHECK_PROBLEMS_LISTED_MAX: usize = 1000;
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,7 +31,7 @@ impl std::fmt::Display for Problem {
 }
 
 /// What [`Workspace::check`] found.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckReport {
     pub problems: Vec<Problem>,
     /// Problems beyond the listed ones.
@@ -48,7 +48,7 @@ impl CheckReport {
     }
 
     fn problem(&mut self, text: String) {
-        if self.problems.len() < PROBLEMS_LISTED_MAX {
+        if self.problems.len() < CHECK_PROBLEMS_LISTED_MAX {
             self.problems.push(Problem(text));
         } else {
             self.problems_unlisted += 1;

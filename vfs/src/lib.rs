@@ -50,7 +50,7 @@ pub use changes::{
     cursor_at_or_after, file_blocks, order_key, BlockRef, ChangeEntry, ChangePage, Cursor,
     EntryState, StoredBlock,
 };
-pub use check::{CheckReport, Problem};
+pub use check::{CheckProgress, CheckReport, Problem, CHECK_PROBLEMS_LISTED_MAX};
 pub use chunker::{ChunkSizes, Chunker};
 pub use compact::{CompactProgress, CompactReport};
 pub use db::SCHEMA_VERSION;

@@ -13,14 +13,13 @@ use computer_vfs::{Applied, BlockHash, ChangeEntry, ChangePage, Cursor, Revision
 use tokio::sync::watch;
 use tokio::task::{spawn_local, JoinHandle};
 
-use super::server::FsOutput;
 use super::{call_error, tcp_stream, unix_stream, Address, Reader, Writer};
 use crate::sync_capnp::{file_reader, file_writer, gate, listener, session};
 use crate::{
     wire, Bounded, ClientInfo, DirPage, Error, NodeInfo, Result, ServerInfo, Upstream,
-    PROTOCOL_VERSION,
+    WorkspaceStats, PROTOCOL_VERSION,
 };
-use computer_vfs::{GrepMatch, GrepOptions};
+use computer_vfs::{CheckReport, CompactReport, GrepMatch, GrepOptions};
 
 /// How long a client waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,24 +283,6 @@ impl RemoteUpstream {
         self.link.answer(request.send().promise).await?;
         Ok(receiver)
     }
-
-    /// Runs a `computerd fs` command line (`args` as after `fs` on the command line)
-    /// with `stdin` on the server's workspace.
-    pub async fn fs<A: AsRef<[u8]>>(&self, args: &[A], stdin: &[u8]) -> Result<FsOutput> {
-        let mut request = self.session.fs_request();
-        {
-            let mut params = request.get();
-            wire::write_fs_stream("fs stdin", stdin, |bytes| params.set_stdin(bytes))?;
-            wire::write_fs_args(args, |len| params.init_args(len))?;
-        }
-        let response = self.link.answer(request.send().promise).await?;
-        let results = response.get()?;
-        Ok(FsOutput {
-            stdout: wire::read_fs_stream("fs stdout", results.get_stdout()?)?,
-            stderr: wire::read_fs_stream("fs stderr", results.get_stderr()?)?,
-            status: results.get_status(),
-        })
-    }
 }
 
 impl RemoteUpstream {
@@ -504,6 +485,27 @@ impl RemoteUpstream {
             items: wire::read_grep_matches(results.get_matches()?)?,
             complete: results.get_complete(),
         })
+    }
+
+    /// The workspace's id and figures.
+    pub async fn stats(&self) -> Result<WorkspaceStats> {
+        let request = self.session.stats_request();
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_stats(response.get()?.get_stats()?)
+    }
+
+    /// Verifies the server's database from scratch (it reads every block).
+    pub async fn check(&self) -> Result<CheckReport> {
+        let request = self.session.check_request();
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_check_report(response.get()?.get_report()?)
+    }
+
+    /// Gives the pages deleted content freed in the server's database back to its disk.
+    pub async fn compact(&self) -> Result<CompactReport> {
+        let request = self.session.compact_request();
+        let response = self.link.answer(request.send().promise).await?;
+        wire::read_compact_report(response.get()?.get_report()?)
     }
 }
 

@@ -23,27 +23,12 @@ use tokio::task::{spawn_local, JoinHandle, LocalSet};
 use super::{exception, tcp_stream, unix_stream, Address, Reader, Writer};
 use crate::files::{self, FileStreams, ReadStream, WriteStream};
 use crate::sync_capnp::{file_reader, file_writer, gate, listener, session};
-use crate::{wire, Authority, Error, PeerSession, Result};
+use crate::{wire, Authority, Error, PeerSession, Result, WorkspaceStats};
 use computer_vfs::{GrepOptions, MkdirOptions, RmOptions};
-
-/// What a file command run by an `fs` call printed, and its exit status.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FsOutput {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub status: i32,
-}
-
-/// Runs a `computerd fs` command line (arguments after `fs`, as the command line has
-/// them) with `stdin` against the served workspace. Called on the blocking pool.
-pub type FsHandler = Arc<dyn Fn(Vec<Vec<u8>>, Vec<u8>) -> FsOutput + Send + Sync>;
 
 /// How a server behaves and what it bounds.
 #[derive(Clone)]
 pub struct ServeOptions {
-    /// Runs the `fs` calls; without one they fail with "this server runs no file
-    /// commands".
-    pub fs_handler: Option<FsHandler>,
     /// Serves the file streams (`openRead`, `openWrite`); without it they fail with
     /// "this server serves no file streams".
     pub files: Option<FileStreams>,
@@ -66,7 +51,6 @@ pub struct ServeOptions {
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
-            fs_handler: None,
             files: None,
             streams_per_connection_max: 16,
             connections_max: 64,
@@ -588,40 +572,6 @@ impl session::Server for SessionServer {
         Ok(())
     }
 
-    async fn fs(
-        self: Rc<Self>,
-        params: session::FsParams,
-        mut results: session::FsResults,
-    ) -> capnp::Result<()> {
-        let _slot = self.begin_call()?;
-        let Some(handler) = self.server.options.fs_handler.clone() else {
-            return Err(exception(&Error::Refused(
-                "this server runs no file commands".into(),
-            )));
-        };
-        let (args, stdin) = decode(|| {
-            let params = params.get()?;
-            Ok((
-                wire::read_fs_args(params.get_args()?)?,
-                wire::read_fs_stream("fs stdin", params.get_stdin()?)?,
-            ))
-        })?;
-        drop(params);
-        let output = blocking(move || Ok(handler(args, stdin)))
-            .await
-            .map_err(|error| exception(&error))?;
-        let mut out = results.get();
-        // An output too large for the answer is the command's doing, not a bug here:
-        // answered as a rule broken, like a request too large.
-        wire::write_fs_stream("fs stdout", &output.stdout, |bytes| out.set_stdout(bytes))
-            .and_then(|()| {
-                wire::write_fs_stream("fs stderr", &output.stderr, |bytes| out.set_stderr(bytes))
-            })
-            .map_err(|error| exception(&error))?;
-        out.set_status(output.status);
-        Ok(())
-    }
-
     async fn open_read(
         self: Rc<Self>,
         params: session::OpenReadParams,
@@ -842,6 +792,46 @@ impl session::Server for SessionServer {
         let mut out = results.get();
         out.set_complete(answer.complete);
         encode(|| wire::write_grep_matches(&answer.items, |len| out.init_matches(len)))
+    }
+
+    async fn stats(
+        self: Rc<Self>,
+        _params: session::StatsParams,
+        mut results: session::StatsResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let stats = self
+            .on_store(false, |fs| {
+                let ws = fs.workspace();
+                Ok(WorkspaceStats {
+                    workspace_id: ws.id().to_owned(),
+                    stats: ws.stats()?,
+                })
+            })
+            .await?;
+        encode(|| wire::write_stats(&stats, results.get().init_stats()))
+    }
+
+    async fn check(
+        self: Rc<Self>,
+        _params: session::CheckParams,
+        mut results: session::CheckResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let report = self.on_store(false, |fs| fs.workspace().check()).await?;
+        encode(|| wire::write_check_report(&report, results.get().init_report()))
+    }
+
+    async fn compact(
+        self: Rc<Self>,
+        _params: session::CompactParams,
+        mut results: session::CompactResults,
+    ) -> capnp::Result<()> {
+        let _slot = self.begin_call()?;
+        let report = self
+            .on_store(false, |fs| fs.workspace().compact(&mut |_| {}))
+            .await?;
+        encode(|| wire::write_compact_report(&report, results.get().init_report()))
     }
 }
 

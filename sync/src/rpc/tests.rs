@@ -3,14 +3,13 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use computer_vfs::{GrepOptions, Options, Workspace};
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::rpc::server::{FsOutput, ServeOptions, ServerSocket};
+use crate::rpc::server::{ServeOptions, ServerSocket};
 use crate::{wire, Authority, BatchLimits, Replica, Upstream, PROTOCOL_VERSION};
 
 const TOKEN: &[u8] = b"rpc-test-token";
@@ -208,25 +207,32 @@ fn garbage_on_a_connection_ends_it_and_nothing_else() {
 }
 
 #[test]
-fn plain_clients_run_file_commands_but_cannot_sync() {
-    let handler: crate::rpc::FsHandler = Arc::new(|args: Vec<Vec<u8>>, stdin: Vec<u8>| FsOutput {
-        stdout: [args.concat(), stdin].concat(),
-        stderr: b"note".to_vec(),
-        status: 3,
-    });
-    let server = TestServer::start(ServeOptions {
-        fs_handler: Some(handler),
-        ..ServeOptions::default()
-    });
-    run_local(async {
-        let (upstream, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
-        let out = upstream.fs(&["ls", "/"], b"!").await.unwrap();
-        assert_eq!(out.stdout, b"ls/!");
-        assert_eq!(out.stderr, b"note");
-        assert_eq!(out.status, 3);
-        let sync = upstream
-            .changes(&computer_vfs::Cursor::START, 10, 1 << 20)
-            .await;
+fn plain_clients_run_workspace_operations_but_cannot_sync() {
+    let server = TestServer::start(with_files());
+    let workspace = server.workspace.clone();
+    run_local(async move {
+        let (up, _) = connect(&server.address, TOKEN, plain()).await.unwrap();
+        let fs = workspace.fs();
+        fs.write_file("/x", vec![7u8; 300 << 10]).unwrap();
+        fs.write_file("/y", vec![7u8; 300 << 10]).unwrap();
+        let answer = up.stats().await.unwrap();
+        assert_eq!(answer.workspace_id, workspace.id());
+        assert_eq!(answer.stats, workspace.stats().unwrap());
+        assert_eq!(answer.stats.files, 2);
+
+        let report = up.check().await.unwrap();
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.nodes, workspace.check().unwrap().nodes);
+
+        fs.rm("/x", computer_vfs::RmOptions::default()).unwrap();
+        fs.rm("/y", computer_vfs::RmOptions::default()).unwrap();
+        let compacted = up.compact().await.unwrap();
+        assert!(
+            compacted.bytes_after <= compacted.bytes_before,
+            "{compacted:?}"
+        );
+
+        let sync = up.changes(&computer_vfs::Cursor::START, 10, 1 << 20).await;
         assert!(matches!(sync, Err(Error::Refused(_))), "{sync:?}");
     })
     .unwrap();
