@@ -61,6 +61,9 @@ fn open(db: &Path, command: &FsCommand, holding: bool) -> anyhow::Result<Fs> {
         // log at every commit, 11 bytes written per byte stored. A crash loses at most
         // the last batch of an import, which is run again anyway.
         commit_delay: matches!(command, FsCommand::Import { .. }).then_some(IMPORT_COMMIT_DELAY),
+        // And, holding the database alone, through a rollback journal: each page it
+        // adds written once, not into the log and again into the database.
+        bulk_load: holding && matches!(command, FsCommand::Import { .. }),
         ..Options::default()
     };
     let ws = Workspace::open(db, options).map_err(vfs_err)?;
@@ -81,9 +84,9 @@ enum Runner {
 /// Takes the database's owner lock for `command`, waiting for an owner that is
 /// finishing or is another command; returns a mount or server that owns it instead.
 ///
-/// A command that only reads a served database reads it here, beside the server (its
-/// output may be larger than the channel carries): a server commits each change at
-/// once and stages nothing, so the database holds what its clients see. A mount's
+/// A command that only reads a served database reads it here, beside the server,
+/// without a round trip per call: a server commits each change at once and stages
+/// nothing, so the database holds what its clients see. A mount's
 /// newest content may still be in its staging files, so reads go to it.
 fn runner(db: &Path, command: &FsCommand) -> anyhow::Result<Runner> {
     let writes = command.writes();

@@ -158,6 +158,9 @@ pub struct DbOptions {
     /// No other process writes the database while it is open here (the caller holds
     /// its owner lock); see [`ReadMode`].
     pub no_other_writer: bool,
+    /// A bulk load by a process that holds the database alone (see
+    /// [`crate::Options::bulk_load`]): commits go through a rollback journal.
+    pub bulk_load: bool,
 }
 
 /// How the connections of a read-only database read it.
@@ -291,6 +294,22 @@ pub(crate) struct Writer {
     /// Set when a storage failure undid answered mutations (why, for the log and the
     /// error): from then on every mutation fails, see `Error::Halted`.
     halted: Option<String>,
+    /// Commits go through a rollback journal (`DbOptions::bulk_load`) until this
+    /// closes, which puts the database back in WAL mode.
+    bulk_load: bool,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // The last connection (the committer, which commits the last batch, and the
+        // readers are gone): back to WAL mode, which every other open expects. If this
+        // fails, or never runs (a crash), the next open that writes does it.
+        if self.bulk_load && self.batch.is_none() {
+            if let Err(err) = self.conn.execute_batch(LEAVE_BULK_LOAD) {
+                tracing::warn!("leaving bulk-load mode: {err}");
+            }
+        }
+    }
 }
 
 struct Batch {
@@ -776,6 +795,64 @@ fn configure(conn: &Connection, read_only: bool) -> Result<()> {
     Ok(())
 }
 
+/// Puts a bulk load's database back as every other open expects it.
+const LEAVE_BULK_LOAD: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;";
+
+/// Moves the writer `conn` to the rollback journal for a bulk load; false (with the
+/// connection left in WAL mode, which is only slower) if SQLite would not, because
+/// another connection has the database open.
+///
+/// The rollback journal writes each page the load adds once, into the database; the
+/// WAL writes it twice (into the log, then at a checkpoint into the database), which an
+/// import into an empty workspace measured at 2.07 bytes written per byte stored
+/// (`docs/benchmarks.md`). The journal holds only the old content of the pages a
+/// transaction changes that existed before it. Synchronous FULL: in rollback mode
+/// NORMAL leaves a small window for corruption at a power loss; a load commits seldom,
+/// so the extra syncs cost nothing measurable.
+fn enter_bulk_load(conn: &Connection) -> Result<bool> {
+    let mode: String = match conn.query_row("PRAGMA journal_mode = DELETE", [], |row| row.get(0)) {
+        Ok(mode) => mode,
+        Err(err) if err.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {
+            "wal".to_owned()
+        }
+        Err(err) => return Err(err).ctx("leaving WAL mode for a bulk load"),
+    };
+    if !mode.eq_ignore_ascii_case("delete") {
+        tracing::debug!("bulk load stays in {mode} mode: the database is open elsewhere");
+        return Ok(false);
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL")
+        .ctx("configuring a bulk load")?;
+    Ok(true)
+}
+
+/// Rolls back what a writer killed in rollback-journal mode (a bulk load) left half
+/// done, before a read-only open, which cannot (SQLite's immutable reads would not even
+/// look): a brief read-write connection does it, where the directory can be written.
+fn roll_back_hot_journal(path: &Path) -> Result<()> {
+    let journal = sibling(path, "-journal");
+    let hot = std::fs::metadata(&journal).is_ok_and(|meta| meta.len() > 0);
+    if !hot {
+        return Ok(());
+    }
+    if !dir_is_writable(path) {
+        return Err(Error::HotJournal(ErrorPath::none()));
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .ctx("opening the database to roll back an interrupted write")?;
+    conn.busy_timeout(Duration::from_secs(60))
+        .ctx("setting the busy timeout")?;
+    // The first read of a database with a hot journal rolls it back.
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| {
+        row.get::<_, i64>(0)
+    })
+    .ctx("rolling back an interrupted write")?;
+    Ok(())
+}
+
 impl Db {
     pub fn open(path: &Path, options: &DbOptions) -> Result<(Db, DbInfo)> {
         let exists = path.exists();
@@ -788,6 +865,9 @@ impl Db {
         // Before SQLite opens it, which would write its header into an empty file.
         if exists && !options.create && !is_sqlite_file(path)? {
             return Err(Error::NotWorkspace(ErrorPath::none()));
+        }
+        if options.read_only && exists {
+            roll_back_hot_journal(path)?;
         }
         let read_mode = match options.read_only {
             true => ReadMode::of(path, options.no_other_writer)?,
@@ -808,6 +888,7 @@ impl Db {
         }
         configure(&writer, options.read_only)?;
         let info = init_or_check(&writer, options)?;
+        let bulk_load = options.bulk_load && !options.read_only && enter_bulk_load(&writer)?;
         let commit_delay = options.commit_delay.filter(|_| !options.read_only);
         // Only batches can lose answered mutations to a full disk (`disk_room.rs`).
         let room = (options.disk_reserve_bytes > 0 && commit_delay.is_some())
@@ -817,8 +898,10 @@ impl Db {
             batch: None,
             room,
             halted: None,
+            bulk_load,
         }));
-        let checkpointer = if options.read_only {
+        // A bulk load has no log to checkpoint, and holds the database alone.
+        let checkpointer = if options.read_only || bulk_load {
             None
         } else {
             Some(Checkpointer::start(path, writer.clone())?)
@@ -828,7 +911,9 @@ impl Db {
             None => None,
         };
         let db = Db {
-            readers: Some(Mutex::new(Vec::new())),
+            // A bulk load reads on its writer: in rollback-journal mode a reader's
+            // snapshot would hold up the writer's commits.
+            readers: (!bulk_load).then(|| Mutex::new(Vec::new())),
             _checkpointer: checkpointer,
             _committer: committer,
             commit_delay,
@@ -860,6 +945,7 @@ impl Db {
                 batch: None,
                 room: None,
                 halted: None,
+                bulk_load: false,
             })),
             path: None,
             read_only: false,

@@ -68,6 +68,13 @@ pub enum Error {
          once where it can be written"
     )]
     UnreadableLog(ErrorPath),
+    /// A read-only open found a rollback journal that a killed bulk load left (see
+    /// `Options::bulk_load`), and cannot roll it back (read-only media).
+    #[error(
+        "{0}an interrupted import left a rollback journal this read-only storage cannot \
+         roll back: open it once where it can be written"
+    )]
+    HotJournal(ErrorPath),
     #[error("{0}too many levels of symbolic links")]
     Loop(ErrorPath),
     #[error("{0}file name too long")]
@@ -140,7 +147,7 @@ impl Error {
             Error::NotEmpty(_) => libc::ENOTEMPTY,
             Error::Invalid { .. } => libc::EINVAL,
             Error::NotWorkspace(_) => libc::EINVAL,
-            Error::UnreadableLog(_) => libc::EROFS,
+            Error::UnreadableLog(_) | Error::HotJournal(_) => libc::EROFS,
             Error::Loop(_) => libc::ELOOP,
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::CrossDevice(_) => libc::EXDEV,
@@ -205,7 +212,8 @@ impl Error {
             | Error::Busy(p)
             | Error::StaleReplica(p)
             | Error::NotWorkspace(p)
-            | Error::UnreadableLog(p) => Some(p),
+            | Error::UnreadableLog(p)
+            | Error::HotJournal(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }
@@ -239,7 +247,8 @@ impl Error {
             | Error::Busy(p)
             | Error::StaleReplica(p)
             | Error::NotWorkspace(p)
-            | Error::UnreadableLog(p) => Some(p),
+            | Error::UnreadableLog(p)
+            | Error::HotJournal(p) => Some(p),
             Error::Invalid { path, .. }
             | Error::NoSpace { path, .. }
             | Error::Corrupt { path, .. }

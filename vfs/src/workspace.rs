@@ -83,6 +83,14 @@ pub struct Options {
     /// fails with ENOSPC first, so the open batch can always commit and deletions still
     /// run (see `disk_room.rs`). 0 turns the reserve off.
     pub disk_reserve_bytes: u64,
+    /// This process holds the database alone for a bulk load (`computerd fs import`,
+    /// under its owner lock): commits go through a rollback journal instead of the
+    /// write-ahead log, so each page the load adds is written once, not twice. Reads
+    /// run on the writer's connection and nothing checkpoints. Closing the workspace
+    /// puts the database back in WAL mode; after a crash, the next writer does, and
+    /// rolls back the batch the crash cut (a read-only open rolls it back first too).
+    /// If another connection has the database open, the load stays in WAL mode.
+    pub bulk_load: bool,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -109,6 +117,7 @@ impl Default for Options {
             staging_cache_files: 4096,
             stage_size_max: 4 << 30,
             disk_reserve_bytes: DISK_RESERVE_BYTES_DEFAULT,
+            bulk_load: false,
             clock: Arc::new(SystemClock),
         }
     }
@@ -438,6 +447,7 @@ impl Workspace {
             reader_pool_max: options.reader_pool_max,
             disk_reserve_bytes: options.disk_reserve_bytes,
             no_other_writer: options.no_other_writer,
+            bulk_load: options.bulk_load,
         };
         let (db, info) =
             Db::open(path, &db_options).map_err(|e| e.at(&path.display().to_string()))?;
@@ -454,6 +464,7 @@ impl Workspace {
             reader_pool_max: 1,
             disk_reserve_bytes: 0,
             no_other_writer: false,
+            bulk_load: false,
         };
         let (db, info) = Db::open_in_memory(&db_options)?;
         Workspace::from_db(db, info, options)

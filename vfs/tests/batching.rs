@@ -113,3 +113,65 @@ fn a_workspace_closed_at_once_commits_its_batch() {
         .collect();
     assert!(missing.is_empty(), "lost at close: {missing:?}");
 }
+
+/// SQLite's file format bytes (offsets 18 and 19 of the header): 2 in WAL mode, 1 with
+/// a rollback journal.
+fn format_bytes(db: &std::path::Path) -> [u8; 2] {
+    let header = std::fs::read(db).unwrap();
+    [header[18], header[19]]
+}
+
+fn bulk(path: &std::path::Path) -> Workspace {
+    let options = Options {
+        create: true,
+        commit_delay: Some(Duration::from_millis(250)),
+        bulk_load: true,
+        ..Options::default()
+    };
+    Workspace::open(path, options).unwrap()
+}
+
+#[test]
+fn a_bulk_load_writes_past_the_log_and_leaves_the_database_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    drop(open(&db));
+    assert_eq!(format_bytes(&db), [2, 2]);
+    let ws = bulk(&db);
+    let fs = ws.fs();
+    for i in 0..200u32 {
+        fs.write_file(&format!("/f{i}"), i.to_le_bytes().repeat(4096))
+            .unwrap();
+    }
+    ws.sync().unwrap();
+    // Committed through a rollback journal: nothing in a log.
+    assert_eq!(format_bytes(&db), [1, 1]);
+    let wal = dir.path().join("ws.db-wal");
+    assert!(std::fs::metadata(&wal).map_or(true, |m| m.len() == 0));
+    assert_clean(&ws);
+    drop((fs, ws));
+    assert_eq!(format_bytes(&db), [2, 2]);
+    assert!(!dir.path().join("ws.db-journal").exists());
+
+    let ws = open(&db);
+    assert_clean(&ws);
+    assert_eq!(ws.stats().unwrap().files, 200);
+    assert_eq!(
+        ws.fs().read_file("/f7").unwrap(),
+        7u32.to_le_bytes().repeat(4096)
+    );
+}
+
+#[test]
+fn a_bulk_load_beside_another_connection_stays_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    let other = open(&db);
+    let ws = bulk(&db);
+    ws.fs().write_file("/a", b"a").unwrap();
+    ws.sync().unwrap();
+    assert_eq!(format_bytes(&db), [2, 2]);
+    drop(ws);
+    assert_eq!(other.fs().read_file("/a").unwrap(), b"a");
+    assert_clean(&other);
+}

@@ -10,6 +10,11 @@
 //! start), reopens the database and compares it with the acknowledged prefix replayed on
 //! a model. The mutation in flight may or may not be there: either state is accepted.
 //!
+//! Every other round the child writes as `fs import` does, in bulk-load mode (a rollback
+//! journal instead of the WAL, `Options::bulk_load`); the parent then first opens the
+//! database read-only, which must roll back what the kill cut short before it reads,
+//! and see the same tree as the writable open after it.
+//!
 //! Replay: `VFS_CRASH_SEED=<seed> cargo test -p computer-vfs --test crash`. Timing makes
 //! the kill point differ between runs, but the sequence of mutations is the same.
 //! `VFS_CRASH_ROUNDS=<n>` runs more rounds.
@@ -24,6 +29,7 @@ use computer_vfs::{Fs, MkdirOptions, Options, RmOptions, Workspace};
 
 const CHILD_DB_ENV: &str = "VFS_CRASH_CHILD_DB";
 const CHILD_SEED_ENV: &str = "VFS_CRASH_CHILD_SEED";
+const CHILD_BULK_ENV: &str = "VFS_CRASH_CHILD_BULK";
 const SEED_ENV: &str = "VFS_CRASH_SEED";
 const ROUNDS_ENV: &str = "VFS_CRASH_ROUNDS";
 
@@ -382,7 +388,11 @@ fn crash_child() {
         return;
     };
     let seed: u64 = std::env::var(CHILD_SEED_ENV).unwrap().parse().unwrap();
-    let ws = Workspace::open(&db, Options::default()).unwrap();
+    let options = Options {
+        bulk_load: std::env::var(CHILD_BULK_ENV).is_ok(),
+        ..Options::default()
+    };
+    let ws = Workspace::open(&db, options).unwrap();
     let fs = ws.fs();
     let mut out = std::io::stdout();
     writeln!(out, "READY").unwrap();
@@ -492,11 +502,17 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
     let mut rng = Rng(seed ^ 0x5EED);
     let kill_at = kill_point(&mut rng, round, &plan);
 
+    let bulk = round % 2 == 1;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_DB_ENV, &db)
-        .env(CHILD_SEED_ENV, seed.to_string())
+        .env(CHILD_SEED_ENV, seed.to_string());
+    if bulk {
+        command.env(CHILD_BULK_ENV, "1");
+    }
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -516,8 +532,10 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
     let mut acked = 0usize;
     let mut done = false;
     let mut killed = false;
+    let mut ready = false;
     for line in stdout.lines() {
         let Ok(line) = line else { break };
+        ready |= line.contains("READY");
         if line.contains("DONE") {
             done = true;
         }
@@ -558,6 +576,30 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
         return Err(format!("the child failed on its own ({status}):\n{stderr}"));
     }
 
+    // A bulk load killed mid-commit leaves a rollback journal: a read-only open rolls
+    // it back before it reads, and sees what the writable open below sees. (A child
+    // killed before it was ready may have left no workspace yet.)
+    let journal = db.with_file_name(format!("round{round}.db-journal"));
+    let journal_left = std::fs::metadata(&journal).is_ok_and(|m| m.len() > 0);
+    let read_only = if bulk && ready {
+        let options = Options {
+            create: false,
+            read_only: true,
+            ..Options::default()
+        };
+        let ws = Workspace::open(&db, options)
+            .map_err(|e| format!("reopening read-only after the crash: {e}"))?;
+        let report = ws.check().map_err(|e| format!("read-only check: {e}"))?;
+        if !report.is_ok() {
+            return Err(format!(
+                "read-only check after the crash: {:#?}",
+                report.problems
+            ));
+        }
+        Some(snapshot(&ws.fs()))
+    } else {
+        None
+    };
     // The database must open, check clean, and hold every acknowledged mutation.
     let ws = Workspace::open(&db, Options::default())
         .map_err(|e| format!("reopening after the crash: {e}"))?;
@@ -566,6 +608,12 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
         return Err(format!("check after the crash: {:#?}", report.problems));
     }
     let actual = snapshot(&ws.fs());
+    if read_only.as_ref().is_some_and(|seen| *seen != actual) {
+        return Err(format!(
+            "the read-only open saw another tree: {}",
+            first_difference(read_only.as_ref().unwrap(), &actual)
+        ));
+    }
     let mut expected = new_tree();
     for m in &plan[..acked] {
         apply_model(&mut expected, m);
@@ -593,7 +641,12 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
         outcome = "with the mutation in flight";
     }
     Ok(format!(
-        "kill {kill_at:?} after {:?}: {acked} acknowledged, state matches {outcome}{}",
+        "{}kill {kill_at:?} after {:?}: {acked} acknowledged, state matches {outcome}{}",
+        match (bulk, journal_left) {
+            (true, true) => "bulk load, a journal left, ",
+            (true, false) => "bulk load, ",
+            _ => "",
+        },
         started.elapsed(),
         if done { " (the child finished)" } else { "" }
     ))
