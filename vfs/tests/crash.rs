@@ -10,10 +10,15 @@
 //! start), reopens the database and compares it with the acknowledged prefix replayed on
 //! a model. The mutation in flight may or may not be there: either state is accepted.
 //!
-//! Every other round the child writes as `fs import` does, in bulk-load mode (a rollback
-//! journal instead of the WAL, `Options::bulk_load`); the parent then first opens the
-//! database read-only, which must roll back what the kill cut short before it reads,
-//! and see the same tree as the writable open after it.
+//! Rounds take turns among three ways of writing. Plain: the path API, each mutation
+//! committed before it returns. Bulk: the same in bulk-load mode, as `fs import` writes
+//! (a rollback journal instead of the WAL, `Options::bulk_load`); the parent then first
+//! opens the database read-only, which must roll back what the kill cut short before it
+//! reads, and see the same tree as the writable open after it. Staged: as a mount
+//! writes, with staging on: file writes open the file for the kernel, write its staging
+//! file directly (passthrough) and release it, and the store ingests the staged
+//! content in the background; a kill lands before, during or after ingestion, and the
+//! reopened workspace must hold every released write all the same.
 //!
 //! Replay: `VFS_CRASH_SEED=<seed> cargo test -p computer-vfs --test crash`. Timing makes
 //! the kill point differ between runs, but the sequence of mutations is the same.
@@ -25,11 +30,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use computer_vfs::{Fs, MkdirOptions, Options, RmOptions, Workspace};
+use std::os::unix::fs::FileExt;
+
+use computer_vfs::{Error, Fs, MkdirOptions, NewNode, OpenFlags, Options, RmOptions, Workspace};
 
 const CHILD_DB_ENV: &str = "VFS_CRASH_CHILD_DB";
 const CHILD_SEED_ENV: &str = "VFS_CRASH_CHILD_SEED";
-const CHILD_BULK_ENV: &str = "VFS_CRASH_CHILD_BULK";
+const CHILD_MODE_ENV: &str = "VFS_CRASH_CHILD_MODE";
 const SEED_ENV: &str = "VFS_CRASH_SEED";
 const ROUNDS_ENV: &str = "VFS_CRASH_ROUNDS";
 
@@ -37,6 +44,46 @@ const ROUNDS_ENV: &str = "VFS_CRASH_ROUNDS";
 const STEPS: usize = 400;
 /// Rounds by default; `VFS_CRASH_ROUNDS` sets another number.
 const ROUNDS: u64 = 12;
+
+/// How a round's child writes (see the module's documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    Bulk,
+    Staged,
+}
+
+impl Mode {
+    fn of_round(round: u64) -> Mode {
+        [Mode::Plain, Mode::Bulk, Mode::Staged][(round % 3) as usize]
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Bulk => "bulk",
+            Mode::Staged => "staged",
+        }
+    }
+
+    fn from_name(name: &str) -> Mode {
+        match name {
+            "bulk" => Mode::Bulk,
+            "staged" => Mode::Staged,
+            _ => Mode::Plain,
+        }
+    }
+
+    fn options(self, db: &Path) -> Options {
+        let mut staging = db.as_os_str().to_owned();
+        staging.push(".staging");
+        Options {
+            bulk_load: self == Mode::Bulk,
+            staging_dir: (self == Mode::Staged).then(|| staging.into()),
+            ..Options::default()
+        }
+    }
+}
 
 // =====================================================================================
 // A seeded sequence of mutations
@@ -257,6 +304,152 @@ fn apply_real(fs: &Fs, m: &Mutation) -> computer_vfs::Result<()> {
     }
 }
 
+/// Where a kernel write lands in its file.
+enum At {
+    /// The file replaced (opened with O_TRUNC, created if missing).
+    Whole,
+    Offset(u64),
+    End,
+}
+
+/// A write as the kernel makes it on a mount with passthrough: open for the kernel,
+/// write the staging file directly (or through the store where the file is not
+/// staged), release.
+fn kernel_write(ws: &Workspace, path: &str, at: At, data: &[u8]) -> computer_vfs::Result<()> {
+    let fs = ws.fs();
+    let flags = OpenFlags {
+        truncate: matches!(at, At::Whole),
+        ..OpenFlags::WRITE
+    };
+    let (ino, opened) = match fs.lstat(path) {
+        Ok(attr) => (attr.ino, ws.open_for_kernel(attr.ino, flags, true)?),
+        Err(Error::NotFound(_)) if matches!(at, At::Whole) => {
+            let (dir, name) = path.rsplit_once('/').expect("an absolute path");
+            let dir = fs.stat(if dir.is_empty() { "/" } else { dir })?;
+            let owner = NewNode {
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+            };
+            let (attr, opened) =
+                ws.create_for_kernel(dir.ino, name.as_bytes(), owner, flags, true)?;
+            (attr.ino, opened)
+        }
+        Err(err) => return Err(err),
+    };
+    let io = |source| Error::Io {
+        path: computer_vfs::ErrorPath::of(path),
+        source,
+    };
+    // Told to the parent, which counts how many writes took the staged path.
+    println!(
+        "{}",
+        if opened.staged.is_some() {
+            "STAGED"
+        } else {
+            "BUFFERED"
+        }
+    );
+    let written = match &opened.staged {
+        Some(staged) => {
+            let file = staged.file();
+            let offset = match at {
+                At::Whole => 0,
+                At::Offset(offset) => offset,
+                At::End => file.metadata().map_err(io)?.len(),
+            };
+            file.write_all_at(data, offset).map_err(io)
+        }
+        None => {
+            let offset = match at {
+                At::Whole => 0,
+                At::Offset(offset) => offset,
+                At::End => ws.getattr(ino)?.size,
+            };
+            ws.write(opened.handle, offset, data).map(drop)
+        }
+    };
+    let released = ws.release(opened.handle);
+    written.and(released)
+}
+
+fn apply_staged(ws: &Workspace, m: &Mutation) -> computer_vfs::Result<()> {
+    match m {
+        Mutation::Write { path, len, seed } => {
+            kernel_write(ws, path, At::Whole, &content(*len, *seed))
+        }
+        Mutation::Append { path, len, seed } => {
+            kernel_write(ws, path, At::End, &content(*len, *seed))
+        }
+        Mutation::WriteAt {
+            path,
+            offset,
+            len,
+            seed,
+        } => kernel_write(ws, path, At::Offset(*offset), &content(*len, *seed)),
+        other => apply_real(&ws.fs(), other),
+    }
+}
+
+/// Whether `actual` is `before` with the file write `m` cut short by the kill, as a
+/// kernel write on any filesystem may be: the file holds its old content with a prefix
+/// of the new bytes written where they go (a replacing write having emptied the file,
+/// or not yet; one to a new path having created it, or not yet). Everything else is as
+/// before.
+fn cut_write_matches(before: &Tree, actual: &Tree, m: &Mutation) -> bool {
+    let (path, at, data) = match m {
+        Mutation::Write { path, len, seed } => (path, At::Whole, content(*len, *seed)),
+        Mutation::Append { path, len, seed } => (path, At::End, content(*len, *seed)),
+        Mutation::WriteAt {
+            path,
+            offset,
+            len,
+            seed,
+        } => (path, At::Offset(*offset), content(*len, *seed)),
+        _ => return false,
+    };
+    let others = |tree: &Tree| -> Vec<(String, Option<Vec<u8>>)> {
+        tree.iter()
+            .filter(|(p, _)| *p != path)
+            .map(|(p, v)| (p.clone(), v.clone()))
+            .collect()
+    };
+    if others(before) != others(actual) {
+        return false;
+    }
+    let old = before.get(path).cloned().flatten();
+    let Some(Some(found)) = actual.get(path) else {
+        // Not there: only a write that would have created it, not yet begun.
+        return old.is_none() && matches!(at, At::Whole) && !actual.contains_key(path);
+    };
+    if old.as_ref() == Some(found) {
+        return true;
+    }
+    let (base, offset) = match at {
+        At::Whole => (Vec::new(), 0),
+        At::End => {
+            let base = old.unwrap_or_default();
+            let end = base.len();
+            (base, end)
+        }
+        At::Offset(offset) => (old.unwrap_or_default(), offset as usize),
+    };
+    // The longest prefix of the new bytes found in place; a shorter cut would leave
+    // old bytes equal to the new ones there, which this prefix covers too.
+    let written = (0..data.len())
+        .take_while(|&i| found.get(offset + i) == Some(&data[i]))
+        .count();
+    let mut expected = base;
+    if written > 0 {
+        let end = offset + written;
+        if expected.len() < end {
+            expected.resize(end, 0);
+        }
+        expected[offset..end].copy_from_slice(&data[..written]);
+    }
+    expected == *found
+}
+
 /// Sizes: mostly small, some medium, a few of several MiB.
 fn size(rng: &mut Rng) -> u64 {
     match rng.below(20) {
@@ -388,17 +581,18 @@ fn crash_child() {
         return;
     };
     let seed: u64 = std::env::var(CHILD_SEED_ENV).unwrap().parse().unwrap();
-    let options = Options {
-        bulk_load: std::env::var(CHILD_BULK_ENV).is_ok(),
-        ..Options::default()
-    };
-    let ws = Workspace::open(&db, options).unwrap();
+    let mode = Mode::from_name(&std::env::var(CHILD_MODE_ENV).unwrap_or_default());
+    let ws = Workspace::open(&db, mode.options(Path::new(&db))).unwrap();
     let fs = ws.fs();
     let mut out = std::io::stdout();
     writeln!(out, "READY").unwrap();
     out.flush().unwrap();
     for (n, m) in plan(seed).iter().enumerate() {
-        if let Err(err) = apply_real(&fs, m) {
+        let applied = match mode {
+            Mode::Staged => apply_staged(&ws, m),
+            Mode::Plain | Mode::Bulk => apply_real(&fs, m),
+        };
+        if let Err(err) = applied {
             panic!("mutation {n} {m:?} failed: {err}");
         }
         writeln!(out, "ACK {n} {m:?}").unwrap();
@@ -502,16 +696,15 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
     let mut rng = Rng(seed ^ 0x5EED);
     let kill_at = kill_point(&mut rng, round, &plan);
 
-    let bulk = round % 2 == 1;
+    let mode = Mode::of_round(round);
+    let bulk = mode == Mode::Bulk;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut command = Command::new(exe);
     command
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_DB_ENV, &db)
-        .env(CHILD_SEED_ENV, seed.to_string());
-    if bulk {
-        command.env(CHILD_BULK_ENV, "1");
-    }
+        .env(CHILD_SEED_ENV, seed.to_string())
+        .env(CHILD_MODE_ENV, mode.name());
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -533,9 +726,11 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
     let mut done = false;
     let mut killed = false;
     let mut ready = false;
+    let mut staged_writes = 0usize;
     for line in stdout.lines() {
         let Ok(line) = line else { break };
         ready |= line.contains("READY");
+        staged_writes += usize::from(line == "STAGED");
         if line.contains("DONE") {
             done = true;
         }
@@ -566,6 +761,9 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
     }
     if let Some(timer) = timer {
         timer.join().unwrap();
+    }
+    if mode == Mode::Staged {
+        eprintln!("round {round}: {staged_writes} writes through staging files");
     }
     let status = child.wait().map_err(|e| e.to_string())?;
     let mut stderr = String::new();
@@ -629,7 +827,17 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
                 describe(&actual)
             ));
         };
+        let without = expected.clone();
         apply_model(&mut expected, in_flight);
+        if actual != expected
+            && mode == Mode::Staged
+            && cut_write_matches(&without, &actual, in_flight)
+        {
+            return Ok(format!(
+                "staged, kill {kill_at:?}: {acked} acknowledged, state matches part of the \
+                 write in flight"
+            ));
+        }
         if actual != expected {
             return Err(format!(
                 "after {acked} acknowledged mutations (in flight: {in_flight:?}):\n\
@@ -642,10 +850,11 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
     }
     Ok(format!(
         "{}kill {kill_at:?} after {:?}: {acked} acknowledged, state matches {outcome}{}",
-        match (bulk, journal_left) {
-            (true, true) => "bulk load, a journal left, ",
-            (true, false) => "bulk load, ",
-            _ => "",
+        match (mode, journal_left) {
+            (Mode::Bulk, true) => "bulk load, a journal left, ",
+            (Mode::Bulk, false) => "bulk load, ",
+            (Mode::Staged, _) => "staged, ",
+            (Mode::Plain, _) => "",
         },
         started.elapsed(),
         if done { " (the child finished)" } else { "" }
