@@ -17,19 +17,6 @@ use common::*;
 /// target is well under a second; CI machines are shared and slow).
 const CONVERGE: Duration = Duration::from_secs(20);
 
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
 /// The server's copy of `path`, if it has one.
 fn server_file(server: &Server, path: &str) -> Option<Vec<u8>> {
     let out = server.fs(&["cat", path], b"");
@@ -158,7 +145,7 @@ fn a_replica_serves_while_the_server_is_down_and_catches_up() {
 fn kill_9_of_the_replica_mid_transfer_loses_nothing_fsynced() {
     let server = Server::start();
     let mut replica = Mount::replica(&server, &[]);
-    let big = random_bytes(48 << 20, 7);
+    let big = common::pseudo_random_seeded(48 << 20, 7);
     std::fs::write(replica.scratch.join("big"), &big).unwrap();
     // fsync'd on the replica: it must reach the server whatever happens to the daemon.
     replica.sh(&format!(
@@ -183,7 +170,7 @@ fn kill_9_of_the_replica_mid_transfer_loses_nothing_fsynced() {
 #[test]
 fn kill_9_of_the_server_mid_transfer_and_a_restart() {
     let mut server = Server::start();
-    let big = random_bytes(48 << 20, 11);
+    let big = common::pseudo_random_seeded(48 << 20, 11);
     let input = std::env::temp_dir().join(format!("computerd-big-{}", std::process::id()));
     std::fs::write(&input, &big).unwrap();
     // Put the file on the server through a replica, so the server has a large tree.
@@ -297,7 +284,7 @@ fn cutting_the_connection_in_the_middle_of_a_large_transfer() {
         &through_proxy,
         &["--retry-initial-ms", "50", "--retry-max-ms", "500"],
     );
-    let big = random_bytes(64 << 20, 3);
+    let big = common::pseudo_random_seeded(64 << 20, 3);
     std::fs::write(replica.scratch.join("big"), &big).unwrap();
     replica.sh(&format!("cp {} big", replica.scratch.join("big").display()));
     // Cut while the blocks travel: once some megabytes went through, and again later.

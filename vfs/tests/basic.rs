@@ -2,23 +2,13 @@
 
 use computer_vfs::*;
 
+mod common;
+use common::random_bytes;
+
 fn workspace() -> (tempfile::TempDir, Workspace) {
     let dir = tempfile::tempdir().unwrap();
     let ws = Workspace::open(dir.path().join("ws.db"), Options::default()).unwrap();
     (dir, ws)
-}
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.extend_from_slice(&state.to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use computer_vfs::{CompactProgress, Error, Options, RmOptions, Workspace};
 
 mod common;
-use common::incompressible;
+use common::random_bytes;
 
 /// The database file and its write-ahead log, in bytes.
 fn on_disk(db: &Path) -> u64 {
@@ -50,7 +50,7 @@ fn fill(ws: &Workspace, files: u64) {
     let fs = ws.fs();
     fs.mkdir("/d", Default::default()).unwrap();
     for i in 0..files {
-        fs.write_file(&format!("/d/{i}"), incompressible(1 << 20, i))
+        fs.write_file(&format!("/d/{i}"), random_bytes(1 << 20, i))
             .unwrap();
     }
 }
@@ -97,7 +97,7 @@ fn compact_keeps_every_file_that_remains() {
     for i in (1..12).step_by(2) {
         assert_eq!(
             ws.fs().read_file(&format!("/d/{i}")).unwrap(),
-            incompressible(1 << 20, i)
+            random_bytes(1 << 20, i)
         );
     }
     assert!(ws.check().unwrap().is_ok());

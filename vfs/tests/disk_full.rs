@@ -5,7 +5,7 @@
 //! are committed, or the workspace refuses further changes instead of going on as if
 //! they were there.
 //!
-//! The database lives on a small tmpfs, which needs root; skipped otherwise.
+//! The database lives on a small tmpfs, which needs root (`common::has_root`).
 
 use std::ffi::CString;
 use std::path::Path;
@@ -14,16 +14,12 @@ use std::time::Duration;
 use computer_vfs::{InodeNo, NewNode, OpenFlags, Options, Workspace};
 
 mod common;
-use common::incompressible;
+use common::random_bytes;
 
-/// True (and says the test is skipped) unless root, who alone can mount a tmpfs.
+/// True (and says the test is skipped) unless root, who alone can mount a tmpfs;
+/// see `common::has_root`.
 fn lacks_root() -> bool {
-    // SAFETY: no arguments, no memory.
-    let root = unsafe { libc::geteuid() == 0 };
-    if !root {
-        eprintln!("disk_full: not root, no tmpfs to fill; skipped");
-    }
-    !root
+    !common::has_root("disk_full", "it mounts a small tmpfs to fill")
 }
 
 /// A tmpfs of `bytes` mounted on a fresh directory; unmounted on drop, failed test or not.
@@ -144,7 +140,7 @@ fn the_reserve_turns_a_full_disk_into_enospc_and_loses_nothing() {
     let disk = SmallDisk::mount(12 << 20);
     let db = disk.path().join("ws.db");
     let ws = open(&db, 1 << 20);
-    let (made, err) = fill(&ws, &incompressible(40 << 20, 7));
+    let (made, err) = fill(&ws, &random_bytes(40 << 20, 7));
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
     assert!(
         err.to_string().contains("reserve"),
@@ -179,7 +175,7 @@ fn without_the_reserve_a_lost_batch_halts_the_workspace() {
     let disk = SmallDisk::mount(12 << 20);
     let db = disk.path().join("ws.db");
     let ws = open(&db, 0);
-    let (made, err) = fill(&ws, &incompressible(40 << 20, 8));
+    let (made, err) = fill(&ws, &random_bytes(40 << 20, 8));
     // SQLite itself found the disk full, and the batch it rolled back held answered
     // mutations (a directory and a MiB each): the workspace must not go on from there.
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
@@ -243,7 +239,7 @@ fn answered_changes_survive_random_work_on_full_disks() {
                 match next(&mut rng) % 10 {
                     0..=5 => {
                         let len = (next(&mut rng) % (1 << 20)) as usize;
-                        let data = incompressible(len, next(&mut rng));
+                        let data = random_bytes(len, next(&mut rng));
                         // One mutation: it happened entirely or not at all.
                         match fs.write_file(&name, &data) {
                             Ok(()) => {

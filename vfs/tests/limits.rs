@@ -5,25 +5,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+use common::random_bytes;
+
 use computer_vfs::*;
 
 fn workspace() -> (tempfile::TempDir, Workspace) {
     let dir = tempfile::tempdir().unwrap();
     let ws = Workspace::open(dir.path().join("ws.db"), Options::default()).unwrap();
     (dir, ws)
-}
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.extend_from_slice(&state.to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 const MIB: u64 = 1 << 20;

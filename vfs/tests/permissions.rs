@@ -29,6 +29,8 @@ use computer_vfs::{
 };
 use proptest::prelude::*;
 
+mod common;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum K {
     Dir,
@@ -773,9 +775,13 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
 // The comparison
 // =====================================================================================
 
+/// Whether the comparison runs: it needs root to act as other users on the host
+/// (`common::has_root`: without root it fails, unless told to skip).
 fn is_root() -> bool {
-    // SAFETY: no memory effects.
-    unsafe { libc::geteuid() == 0 }
+    common::has_root(
+        "permissions",
+        "it acts as other users on the host to compare",
+    )
 }
 
 fn protected_hardlinks() -> bool {
@@ -858,13 +864,6 @@ proptest! {
 
 thread_local! {
     static SCRATCH: tempfile::TempDir = scratch();
-}
-
-#[test]
-fn skipped_without_root() {
-    if !is_root() {
-        eprintln!("permissions: not root, the comparison with the kernel is skipped");
-    }
 }
 
 /// Cases found by the comparison, kept as plain tests.

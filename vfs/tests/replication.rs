@@ -3,21 +3,11 @@
 
 use computer_vfs::*;
 
+mod common;
+use common::random_bytes;
+
 fn workspace(dir: &tempfile::TempDir, name: &str) -> Workspace {
     Workspace::open(dir.path().join(name), Options::default()).unwrap()
-}
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(n + 8);
-    while out.len() < n {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        out.extend_from_slice(&state.to_le_bytes());
-    }
-    out.truncate(n);
-    out
 }
 
 /// Sends everything after `cursor` from `from` to `to` in small pages; returns the new
