@@ -128,7 +128,7 @@ fn check_extents(conn: &Connection, report: &mut CheckReport) -> Result<HashMap<
         *uses.entry(block).or_default() += 1;
         match kind {
             None => report.problem(format!("extent of missing inode {ino} at {offset}")),
-            Some(code) if code != store::kind_code(FileKind::File) => {
+            Some(code) if code != crate::db::kind_code(FileKind::File) => {
                 report.problem(format!("inode {ino} is not a file but has content"))
             }
             _ => {}
@@ -279,7 +279,7 @@ fn check_namespace(
         let kind: Option<i64> = row.get(3).ctx("checking entries")?;
         match parent_kind {
             None => report.problem(format!("entry in missing directory {parent}")),
-            Some(k) if k != store::kind_code(FileKind::Directory) => {
+            Some(k) if k != crate::db::kind_code(FileKind::Directory) => {
                 report.problem(format!("entry in non-directory {parent}"))
             }
             _ => {}
@@ -288,7 +288,7 @@ fn check_namespace(
             None => report.problem(format!("entry in {parent} names missing inode {ino}")),
             Some(k) => {
                 *links.entry(ino).or_default() += 1;
-                if k == store::kind_code(FileKind::Directory) {
+                if k == crate::db::kind_code(FileKind::Directory) {
                     *subdirs.entry(parent).or_default() += 1;
                 }
             }
@@ -308,7 +308,7 @@ fn check_namespace(
         report.nodes += 1;
         let entries = links.get(&ino).copied().unwrap_or(0);
         let is_root = ino == InodeNo::ROOT.0 as i64;
-        if kind == store::kind_code(FileKind::Directory) {
+        if kind == crate::db::kind_code(FileKind::Directory) {
             let expected_entries = if is_root { 0 } else { 1 };
             if entries != expected_entries {
                 report.problem(format!("directory {ino} has {entries} entries naming it"));

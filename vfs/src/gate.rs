@@ -22,9 +22,10 @@
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::base::lock;
 use crate::error::{Error, Result};
 use crate::types::Revision;
-use crate::workspace::{lock, Workspace};
+use crate::workspace::Workspace;
 
 /// Lets a bounded number of writers through, or all of them.
 #[derive(Debug)]

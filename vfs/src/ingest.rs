@@ -16,13 +16,14 @@ use std::sync::Arc;
 
 use rusqlite::params;
 
+use crate::base::lock;
 use crate::block::{self, BlockHash, EncodedBlock};
 use crate::content::{self, Extent};
 use crate::error::{Error, Result, StorageContext};
 use crate::staging::StagedFile;
 use crate::store;
 use crate::types::{FileKind, InodeNo, NewNode};
-use crate::workspace::{lock, Workspace};
+use crate::workspace::Workspace;
 
 /// Bytes of new, encoded blocks collected before a transaction stores them.
 const INGEST_BATCH_BYTES: usize = 4 << 20;

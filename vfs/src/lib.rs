@@ -16,6 +16,7 @@
 //! docs/STORAGE.md the tables and the block format.
 
 mod access;
+mod base;
 mod block;
 mod caller;
 mod changes;
@@ -25,7 +26,6 @@ pub mod clock;
 mod compact;
 mod content;
 mod db;
-mod disk_room;
 mod error;
 mod fs;
 mod gate;

@@ -188,7 +188,7 @@ impl<'c> LogWalk<'c> {
         r: Revision,
         live: &mut BTreeMap<Vec<u8>, InodeNo>,
     ) -> Result<()> {
-        let dir_code = store::kind_code(FileKind::Directory);
+        let dir_code = crate::db::kind_code(FileKind::Directory);
         let mut stack = vec![(dir, path)];
         while let Some((dir, dir_path)) = stack.pop() {
             // Known from here on: directories below answer without their own queries.
@@ -372,7 +372,7 @@ impl LogCache {
         r: Revision,
     ) -> Result<Arc<Vec<LogItem>>> {
         {
-            let kept = crate::workspace::lock(&self.0);
+            let kept = crate::base::lock(&self.0);
             if let Some(kept) = kept.as_ref() {
                 if kept.as_of == as_of && kept.revision == r {
                     return Ok(kept.items.clone());
@@ -381,7 +381,7 @@ impl LogCache {
         }
         let items = Arc::new(walk.revision(r)?);
         if items.len() >= CACHE_ITEMS_MIN {
-            *crate::workspace::lock(&self.0) = Some(CachedRevision {
+            *crate::base::lock(&self.0) = Some(CachedRevision {
                 as_of,
                 revision: r,
                 items: items.clone(),

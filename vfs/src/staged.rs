@@ -18,12 +18,13 @@ use std::time::{Duration, Instant};
 use rusqlite::params;
 
 use crate::access::Credentials;
+use crate::base::lock;
 use crate::error::{kind, Error, Result, StorageContext};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
 use crate::staging::{StagedFile, Staging, POOL_LOW};
 use crate::store;
 use crate::types::*;
-use crate::workspace::{lock, FileHandle, HandleEntry, Inner, OpenFlags, Workspace};
+use crate::workspace::{FileHandle, HandleEntry, Inner, OpenFlags, Workspace};
 
 /// How long a released file waits before the worker ingests it: short-lived files are
 /// deleted before they cost anything, and small files are ingested together.
@@ -953,17 +954,6 @@ impl Workspace {
                 tracing::warn!("failed to refill the staging pool: {err}");
             }
         }
-    }
-}
-
-/// Lowers the calling thread's CPU priority: ingestion and checkpoints should not take
-/// the CPU from the commands a user is waiting for.
-pub(crate) fn background_priority() {
-    // SAFETY: gettid and setpriority have no memory effects; a failure only leaves the
-    // priority as it was.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
     }
 }
 

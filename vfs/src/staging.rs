@@ -27,9 +27,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use crate::base::lock;
 use crate::error::{Error, Result};
 use crate::types::{InodeNo, TimestampNs};
-use crate::workspace::lock;
 
 /// Empty files kept ready in the pool: filled at open and topped up in the background.
 /// Recycled files come back beyond it (up to `POOL_RECYCLED_MAX`).

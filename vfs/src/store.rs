@@ -7,7 +7,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use crate::db::WriteTxn;
+use crate::db::{kind_code, kind_from_code, WriteTxn};
 use crate::error::{kind, Error, Result, StorageContext};
 use crate::types::{Attr, DirEntry, FileKind, InodeNo, NewNode, Revision, TimestampNs};
 
@@ -19,31 +19,6 @@ pub const PATH_MAX: usize = 4096;
 pub const SYMLINK_MAX: usize = 4095;
 /// Most hard links to one node.
 pub const LINK_MAX: u32 = 65000;
-
-pub(crate) fn kind_code(kind: FileKind) -> i64 {
-    match kind {
-        FileKind::File => 1,
-        FileKind::Directory => 2,
-        FileKind::Symlink => 3,
-        FileKind::Fifo => 4,
-        FileKind::Socket => 5,
-        FileKind::CharDevice => 6,
-        FileKind::BlockDevice => 7,
-    }
-}
-
-pub(crate) fn kind_from_code(code: i64) -> Result<FileKind> {
-    Ok(match code {
-        1 => FileKind::File,
-        2 => FileKind::Directory,
-        3 => FileKind::Symlink,
-        4 => FileKind::Fifo,
-        5 => FileKind::Socket,
-        6 => FileKind::CharDevice,
-        7 => FileKind::BlockDevice,
-        other => return Err(Error::corrupt(format!("unknown node kind {other}"))),
-    })
-}
 
 /// Checks one entry name: not empty, no slash or NUL, not `.` or `..`, short enough.
 pub fn check_name(name: &[u8]) -> Result<()> {

@@ -1,12 +1,13 @@
 //! Operations on whole subtrees, each one mutation: replacing a file's content, `mkdir
 //! -p`, recursive removal and copy.
 
+use crate::base::lock;
 use crate::content;
 use crate::error::{kind, Error, Result};
 use crate::fs::{resolve_in, Resolved};
 use crate::store;
 use crate::types::*;
-use crate::workspace::{lock, Workspace};
+use crate::workspace::Workspace;
 
 /// Deepest tree the recursive operations walk.
 const TREE_DEPTH_MAX: usize = 4096;

@@ -17,11 +17,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use rusqlite::params;
 
 use crate::access::{self, Credentials};
+use crate::base::lock;
 use crate::chunker::{ChunkSizes, Chunker};
 use crate::clock::{Clock, SystemClock};
 use crate::compact::{CompactProgress, CompactReport};
@@ -429,10 +430,6 @@ impl Workspace {
 #[derive(Clone)]
 pub struct Workspace {
     inner: Arc<Inner>,
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Workspace {
@@ -1993,7 +1990,7 @@ impl Workspace {
                 .ctx("counting nodes")?;
             for row in rows {
                 let (code, count, size) = row.ctx("counting nodes")?;
-                match store::kind_from_code(code)? {
+                match crate::db::kind_from_code(code)? {
                     FileKind::File => {
                         stats.files = count as u64;
                         stats.logical_bytes = size as u64;

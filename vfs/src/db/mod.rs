@@ -8,6 +8,8 @@
 //!
 //! This module owns the SQL schema; docs/STORAGE.md explains it.
 
+mod disk_room;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
@@ -18,9 +20,35 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::chunker::ChunkSizes;
 use crate::compact::{self, CompactProgress, CompactReport};
-use crate::disk_room::{DiskRoom, METADATA_BYTES_PER_MUTATION};
 use crate::error::{Error, ErrorPath, Result, StorageContext};
-use crate::types::{Quota, Revision};
+use crate::types::{FileKind, Quota, Revision};
+use disk_room::{DiskRoom, METADATA_BYTES_PER_MUTATION};
+
+/// A node's kind as the `kind` column of `nodes` holds it.
+pub(crate) fn kind_code(kind: FileKind) -> i64 {
+    match kind {
+        FileKind::File => 1,
+        FileKind::Directory => 2,
+        FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDevice => 6,
+        FileKind::BlockDevice => 7,
+    }
+}
+
+pub(crate) fn kind_from_code(code: i64) -> Result<FileKind> {
+    Ok(match code {
+        1 => FileKind::File,
+        2 => FileKind::Directory,
+        3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::Socket,
+        6 => FileKind::CharDevice,
+        7 => FileKind::BlockDevice,
+        other => return Err(Error::corrupt(format!("unknown node kind {other}"))),
+    })
+}
 
 /// The schema version this code writes. Opening a database of another version fails.
 pub const SCHEMA_VERSION: i64 = 3;
@@ -504,7 +532,7 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("vfs-checkpoint".into())
             .spawn(move || {
-                crate::staged::background_priority();
+                crate::base::background_priority();
                 let (stopped, wake) = &*signal;
                 let mut done = stopped.lock().unwrap_or_else(|e| e.into_inner());
                 while !*done {
@@ -516,7 +544,7 @@ impl Checkpointer {
                         break;
                     }
                     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-                    let free = crate::disk_room::free_bytes(&wal).ok();
+                    let free = disk_room::free_bytes(&wal).ok();
                     // Where the free space is unknown, nothing says the checkpoint
                     // cannot fit.
                     if size >= checkpoint_threshold(free, size)
@@ -1142,7 +1170,7 @@ impl Db {
 
     /// Why the writer stopped taking changes, if it did (see `Error::Halted`).
     pub fn halted(&self) -> Option<String> {
-        crate::workspace::lock(&self.writer).halted.clone()
+        crate::base::lock(&self.writer).halted.clone()
     }
 
     /// Sets what the writer calls when the disk runs short of room (once).
@@ -1157,7 +1185,7 @@ impl Db {
         let Some(make_room) = self.room_maker.get() else {
             return w;
         };
-        let waited_lately = crate::workspace::lock(&self.room_waited_at)
+        let waited_lately = crate::base::lock(&self.room_waited_at)
             .is_some_and(|at| at.elapsed() < ROOM_WAIT_EVERY);
         if waited_lately {
             return w;
@@ -1176,7 +1204,7 @@ impl Db {
             if !freeing || !w.room_is_short() || Instant::now() >= deadline {
                 if waited {
                     tracing::debug!("waited for deleted files' space on a short disk");
-                    *crate::workspace::lock(&self.room_waited_at) = Some(Instant::now());
+                    *crate::base::lock(&self.room_waited_at) = Some(Instant::now());
                 }
                 return w;
             }
@@ -1627,7 +1655,7 @@ fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
         conn.execute(
             "INSERT INTO nodes (ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, revision)
              VALUES (1, ?1, ?2, ?3, ?4, 2, 0, ?5, ?5, ?5, 1)",
-            params![crate::store::kind_code(crate::FileKind::Directory), 0o755, uid, gid, now],
+            params![kind_code(FileKind::Directory), 0o755, uid, gid, now],
         )
         .ctx("creating the root directory")?;
         Ok(())

@@ -59,7 +59,7 @@ pub(crate) struct DiskRoom {
 impl DiskRoom {
     /// Holds `reserve` bytes of the disk under `db` in its ballast file.
     pub(crate) fn new(db: &Path, reserve: u64) -> DiskRoom {
-        let ballast_path = crate::db::sibling(db, "-reserve");
+        let ballast_path = super::sibling(db, "-reserve");
         let ballast = OpenOptions::new()
             .read(true)
             .write(true)
@@ -151,19 +151,18 @@ impl DiskRoom {
     /// the pages past its end) without touching the reserve. Past that, a checkpoint
     /// would only fill the disk.
     pub(crate) fn wants_checkpoint(&mut self, logical_bytes: impl FnOnce() -> u64) -> bool {
-        let Ok(wal_bytes) = std::fs::metadata(crate::db::wal_path(&self.db)).map(|m| m.len())
-        else {
+        let Ok(wal_bytes) = std::fs::metadata(super::wal_path(&self.db)).map(|m| m.len()) else {
             return false;
         };
         // `free` was read before this commit and lowered by it (`committed`).
-        let threshold = crate::db::checkpoint_threshold(Some(self.free), wal_bytes);
+        let threshold = super::checkpoint_threshold(Some(self.free), wal_bytes);
         // With room to spare the background checkpointer does it, off the writer: the
         // WAL file keeps its size, so this would otherwise checkpoint after every
         // commit once it had ever reached the threshold.
-        if threshold >= crate::db::WAL_CHECKPOINT_BYTES || wal_bytes < threshold {
+        if threshold >= super::WAL_CHECKPOINT_BYTES || wal_bytes < threshold {
             return false;
         }
-        let growth = crate::db::checkpoint_growth(&self.db, logical_bytes());
+        let growth = super::checkpoint_growth(&self.db, logical_bytes());
         let margin = (self.reserve - self.ballast_len).saturating_add(COMMIT_SLACK_BYTES);
         growth.saturating_add(margin) <= self.free
     }
