@@ -234,6 +234,24 @@ pub(crate) fn file_operation(
                 truncate(files, path, size, !no_create)
             })
         }
+        whole @ (FsCommand::Tree { .. }
+        | FsCommand::Du { .. }
+        | FsCommand::Check { .. }
+        | FsCommand::Compact { .. }
+        | FsCommand::Stats { .. }) => walk_or_store(files, whole, stdio, progress),
+        other => Err(anyhow!("{}: not a file operation", other.name())),
+    }
+}
+
+/// The commands on a whole tree (`tree`, `du`) or the whole store (`stats`, `check`,
+/// `compact`).
+fn walk_or_store(
+    files: &dyn Files,
+    command: FsCommand,
+    stdio: &mut Stdio<'_>,
+    progress: bool,
+) -> anyhow::Result<ExitCode> {
+    match command {
         FsCommand::Tree { path } => {
             let mut out = BufWriter::new(&mut *stdio.stdout);
             let code = crate::fs_walk::tree(files, &ws_path(&path)?, &mut out, stdio.stderr)?;
@@ -266,7 +284,7 @@ pub(crate) fn file_operation(
             stdio.stderr,
         ),
         FsCommand::Stats { json } => fs_store::stats(files, json, stdio.stdout),
-        other => Err(anyhow!("{}: not a file operation", other.name())),
+        other => Err(anyhow!("{}: not a walk or a store command", other.name())),
     }
 }
 

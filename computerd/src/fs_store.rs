@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use computer_sync::WorkspaceStats;
+use computer_vfs::CheckReport;
 
 use crate::fs_error::out_err;
 use crate::fs_files::Files;
@@ -69,66 +70,69 @@ pub(crate) fn check(
     let result = files.check(&mut |p| bar.update(p.blocks_done, p.blocks_total));
     bar.finish();
     let report = result?;
+    let seconds = start.elapsed().as_secs_f64();
     let mut out = BufWriter::new(stdout);
     if json {
-        let problems: Vec<String> = report
-            .problems
-            .iter()
-            .map(|p| json_string(&p.to_string()))
-            .collect();
-        writeln!(
-            out,
-            "{{\"ok\":{},\"nodes\":{},\"blocks\":{},\"block_bytes\":{},\"problems\":[{}],\
-             \"problems_unlisted\":{},\"seconds\":{}}}",
-            report.is_ok(),
-            report.nodes,
-            report.blocks,
-            report.block_bytes,
-            problems.join(","),
-            report.problems_unlisted,
-            json_f64(start.elapsed().as_secs_f64()),
-        )
-        .map_err(out_err)?;
-        out.flush().map_err(out_err)?;
-        return Ok(if report.is_ok() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+        check_json(&report, seconds, &mut out)?;
+    } else {
+        check_text(&report, seconds, &mut out)?;
     }
-    for problem in &report.problems {
-        writeln!(out, "{problem}").map_err(out_err)?;
-    }
-    if report.problems_unlisted > 0 {
-        writeln!(out, "... and {} more problems", report.problems_unlisted).map_err(out_err)?;
-    }
-    let problems = report.problems.len() + report.problems_unlisted;
-    let verdict = match problems {
-        0 => "no problems".to_owned(),
-        1 => "1 problem".to_owned(),
-        n => format!("{n} problems"),
-    };
-    writeln!(
-        out,
-        "checked {} nodes, {} {}, {} ({} bytes) in {:.2} s: {verdict}",
-        report.nodes,
-        report.blocks,
-        if report.blocks == 1 {
-            "block"
-        } else {
-            "blocks"
-        },
-        human_bytes(report.block_bytes),
-        report.block_bytes,
-        start.elapsed().as_secs_f64(),
-    )
-    .map_err(out_err)?;
     out.flush().map_err(out_err)?;
     Ok(if report.is_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn check_json(report: &CheckReport, seconds: f64, out: &mut dyn Write) -> anyhow::Result<()> {
+    let problems: Vec<String> = report
+        .problems
+        .iter()
+        .map(|p| json_string(&p.to_string()))
+        .collect();
+    writeln!(
+        out,
+        "{{\"ok\":{},\"nodes\":{},\"blocks\":{},\"block_bytes\":{},\"problems\":[{}],\
+         \"problems_unlisted\":{},\"seconds\":{}}}",
+        report.is_ok(),
+        report.nodes,
+        report.blocks,
+        report.block_bytes,
+        problems.join(","),
+        report.problems_unlisted,
+        json_f64(seconds),
+    )
+    .map_err(out_err)
+}
+
+/// Each problem on its line, then a verdict.
+fn check_text(report: &CheckReport, seconds: f64, out: &mut dyn Write) -> anyhow::Result<()> {
+    for problem in &report.problems {
+        writeln!(out, "{problem}").map_err(out_err)?;
+    }
+    if report.problems_unlisted > 0 {
+        writeln!(out, "... and {} more problems", report.problems_unlisted).map_err(out_err)?;
+    }
+    let verdict = match report.problems.len() + report.problems_unlisted {
+        0 => "no problems".to_owned(),
+        1 => "1 problem".to_owned(),
+        n => format!("{n} problems"),
+    };
+    let blocks = if report.blocks == 1 {
+        "block"
+    } else {
+        "blocks"
+    };
+    writeln!(
+        out,
+        "checked {} nodes, {} {blocks}, {} ({} bytes) in {seconds:.2} s: {verdict}",
+        report.nodes,
+        report.blocks,
+        human_bytes(report.block_bytes),
+        report.block_bytes,
+    )
+    .map_err(out_err)
 }
 
 pub(crate) fn stats(

@@ -38,6 +38,15 @@ fn list_sorted(
     }
 }
 
+/// `1 file`, `2 files`.
+fn plural(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 fn status(failed: bool) -> ExitCode {
     if failed {
         ExitCode::FAILURE
@@ -113,13 +122,6 @@ pub fn tree(
             }
         }
     }
-    let plural = |n: u64, one: &str, many: &str| {
-        if n == 1 {
-            format!("{n} {one}")
-        } else {
-            format!("{n} {many}")
-        }
-    };
     writeln!(
         out,
         "\n{}, {}",
