@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::poll::RequestPolling;
 use computer_vfs::{
     Access, Attr, Caller, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, OpenFlags,
-    RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, XattrSet,
+    RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, WriteOptions, XattrSet,
 };
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
@@ -479,7 +479,6 @@ impl Filesystem for WorkspaceFs {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_EXPLICIT_INVAL_DATA,
         ];
@@ -579,8 +578,11 @@ impl Filesystem for WorkspaceFs {
             mtime: mtime.map(set_time),
             ctime: ctime.map(request_timestamp),
         };
-        // With FUSE_HANDLE_KILLPRIV_V2 the server drops set-id bits on chown and
-        // truncate; the store's rules do (`Caller::setattr`).
+        // Set-id bits: without FUSE_HANDLE_KILLPRIV(_V2) the kernel drops them itself
+        // after a write, chown or truncate by asking for the mode without them (a
+        // passthrough write never reaches us, so only the kernel can); the store's
+        // rules drop them too where a request does not name the mode
+        // (`Caller::setattr`).
         let process = RequestProcess::of(req);
         let caller = self.caller(req, &process);
         match caller.setattr(ino(inode), &changes, fh.is_some()) {
@@ -831,7 +833,7 @@ impl Filesystem for WorkspaceFs {
     fn write(
         &self,
         _req: &Request,
-        inode: INodeNo,
+        _inode: INodeNo,
         handle: FileHandle,
         offset: u64,
         data: &[u8],
@@ -841,15 +843,14 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyWrite,
     ) {
         let _timer = self.timer("write");
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            if let Err(err) = self.kill_suid(ino(inode)) {
-                return reply.error(errno(&err));
-            }
-        }
-        // A write-back from the kernel's page cache: the kernel keeps mtime itself and
-        // sends it with setattr; stamping the arrival time would store a later one.
-        let stamp = !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        match self.ws.write_with(fh(handle), offset, data, stamp) {
+        let options = WriteOptions {
+            // A write-back from the kernel's page cache: the kernel keeps mtime itself
+            // and sends it with setattr; stamping the arrival time would store a later one.
+            stamp_times: !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
+        };
+        // No FUSE_WRITE_KILL_SUIDGID to heed: without FUSE_HANDLE_KILLPRIV_V2 the
+        // kernel drops set-id bits itself, with a setattr (see `setattr`).
+        match self.ws.write_with(fh(handle), offset, data, options) {
             Ok(written) => reply.written(written as u32),
             Err(err) => reply.error(errno(&err)),
         }
@@ -1178,26 +1179,6 @@ impl Filesystem for WorkspaceFs {
             Ok(copied) => reply.written(copied as u32),
             Err(err) => reply.error(errno(&err)),
         }
-    }
-}
-
-impl WorkspaceFs {
-    /// Clears set-user-id (and set-group-id if group-executable) after a write by someone
-    /// who is not the owner, as the kernel asked with FUSE_WRITE_KILL_SUIDGID.
-    fn kill_suid(&self, inode: InodeNo) -> computer_vfs::Result<()> {
-        let attr = self.ws.getattr(inode)?;
-        if attr.perm & 0o6000 == 0 {
-            return Ok(());
-        }
-        let mut perm = attr.perm & !0o4000;
-        if perm & 0o010 != 0 {
-            perm &= !0o2000;
-        }
-        let changes = SetAttr {
-            perm: Some(perm),
-            ..Default::default()
-        };
-        self.ws.setattr(inode, &changes).map(drop)
     }
 }
 

@@ -171,3 +171,43 @@ fn a_shared_mount_keeps_the_kernel_checks_and_agrees_with_them() {
     // access(2) and chdir as the kernel answers them.
     ok(&m, member, "test -r grp && ! test -w grp && cd shared");
 }
+
+#[test]
+fn a_write_by_another_user_drops_set_id_bits_whichever_way_it_lands() {
+    // Through staging files the kernel writes itself (passthrough), through the
+    // kernel's page cache (writeback), and through the daemon.
+    for args in [
+        &["--allow-other"][..],
+        &["--allow-other", "--no-passthrough"],
+        &["--allow-other", "--no-passthrough", "--no-writeback-cache"],
+    ] {
+        let m = Mount::with_args(args);
+        std::fs::set_permissions(&m.root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        m.sh(
+            "chmod 755 . && mkdir tmp && chmod 1777 tmp && echo p > tmp/prog && \
+             chmod 6777 tmp/prog && echo l > tmp/lock && chmod 2766 tmp/lock",
+        );
+        let stranger = "--reuid=65533 --regid=65533 --clear-groups";
+        ok(
+            &m,
+            stranger,
+            "echo more >> tmp/prog && echo more >> tmp/lock",
+        );
+        // Set-user-id goes, and set-group-id where group execution makes it one; a
+        // mandatory-locking marker (set-group-id without group x) stays. As the
+        // kernel shows it and as the store keeps it.
+        assert_eq!(
+            m.sh("stat -c %a tmp/prog tmp/lock"),
+            "777\n2766\n",
+            "{args:?}"
+        );
+        assert_eq!(
+            m.sh("echo 3 > /proc/sys/vm/drop_caches; stat -c %a tmp/prog tmp/lock"),
+            "777\n2766\n",
+            "{args:?}"
+        );
+        // The owner's own writes keep them, as root's do.
+        m.sh("chmod 6777 tmp/prog && echo again >> tmp/prog");
+        assert_eq!(m.sh("stat -c %a tmp/prog"), "6777\n", "{args:?}");
+    }
+}

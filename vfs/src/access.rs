@@ -337,6 +337,12 @@ fn drops_sgid(attr: &Attr, cred: &Credentials<'_>) -> bool {
     attr.perm & S_IXGRP != 0 || !cred.in_group_or_capable(attr.gid)
 }
 
+/// Whether the mode `new` is `old` with set-id bits taken away and nothing else.
+fn drops_setid_only(old: u32, new: u32) -> bool {
+    let setid = S_ISUID | S_ISGID;
+    new != old && new & !setid == old & !setid && new & !old == 0
+}
+
 /// Checks a change of attributes by `cred` and returns the change to apply: with
 /// set-group-id dropped from a chmod by someone outside the file's group, and set-id
 /// bits dropped by a chown or truncate as Linux drops them. `through_handle`: the
@@ -383,7 +389,13 @@ pub(crate) fn setattr(
         }
     }
     if let Some(perm) = changes.perm {
-        if !cred.owner_or_capable(attr) {
+        let drops_privilege = attr.kind == FileKind::File && drops_setid_only(attr.perm, perm);
+        if drops_privilege && !cred.owner_or_capable(attr) {
+            // The kernel drops set-id bits after a write by someone without
+            // CAP_FSETID (`file_remove_privs`) by asking, as that writer, for the mode
+            // without them: whoever may write the file may lose them for it.
+            check(attr, cred, Access::WRITE)?;
+        } else if !cred.owner_or_capable(attr) {
             return Err(kind::NotPermitted());
         }
         let gid = changes.gid.unwrap_or(attr.gid);
@@ -476,6 +488,14 @@ mod tests {
     use super::*;
     use crate::types::{InodeNo, Revision};
     use std::cell::Cell;
+
+    #[test]
+    fn dropping_set_id_bits_is_told_from_other_mode_changes() {
+        use super::drops_setid_only as drops;
+        assert!(drops(0o6755, 0o755) && drops(0o4755, 0o755) && drops(0o6755, 0o2755));
+        assert!(!drops(0o755, 0o755) && !drops(0o755, 0o4755) && !drops(0o6755, 0o644));
+        assert!(!drops(0o6755, 0o7755) && !drops(0o4755, 0o2755));
+    }
 
     fn node(kind: FileKind, perm: u32, uid: u32, gid: u32) -> Attr {
         Attr {
