@@ -337,6 +337,25 @@ fn drops_sgid(attr: &Attr, cred: &Credentials<'_>) -> bool {
     attr.perm & S_IXGRP != 0 || !cred.in_group_or_capable(attr.gid)
 }
 
+/// chown to another user needs CAP_CHOWN; chgrp needs ownership and one of the
+/// caller's groups, or CAP_CHOWN.
+fn check_chown(attr: &Attr, changes: &SetAttr, cred: &Credentials<'_>) -> Result<()> {
+    if let Some(uid) = changes.uid {
+        let allowed = (cred.owns(attr) && uid == attr.uid) || cred.capable(Capability::Chown);
+        if !allowed {
+            return Err(kind::NotPermitted());
+        }
+    }
+    if let Some(gid) = changes.gid {
+        let allowed = (cred.owns(attr) && (gid == attr.gid || cred.in_group(gid)))
+            || cred.capable(Capability::Chown);
+        if !allowed {
+            return Err(kind::NotPermitted());
+        }
+    }
+    Ok(())
+}
+
 /// Whether the mode `new` is `old` with set-id bits taken away and nothing else.
 fn drops_setid_only(old: u32, new: u32) -> bool {
     let setid = S_ISUID | S_ISGID;
@@ -375,19 +394,7 @@ pub(crate) fn setattr(
     if times && !truncation_stamp && write_allows_times && !cred.owner_or_capable(attr) {
         check(attr, cred, Access::WRITE)?;
     }
-    if let Some(uid) = changes.uid {
-        let allowed = (cred.owns(attr) && uid == attr.uid) || cred.capable(Capability::Chown);
-        if !allowed {
-            return Err(kind::NotPermitted());
-        }
-    }
-    if let Some(gid) = changes.gid {
-        let allowed = (cred.owns(attr) && (gid == attr.gid || cred.in_group(gid)))
-            || cred.capable(Capability::Chown);
-        if !allowed {
-            return Err(kind::NotPermitted());
-        }
-    }
+    check_chown(attr, changes, cred)?;
     if let Some(perm) = changes.perm {
         let drops_privilege = attr.kind == FileKind::File && drops_setid_only(attr.perm, perm);
         if drops_privilege && !cred.owner_or_capable(attr) {
