@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::poll::RequestPolling;
 use computer_vfs::{
     Access, Attr, Caller, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, OpenFlags,
-    RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, WriteOptions, XattrSet,
+    RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, XattrSet,
 };
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
@@ -843,14 +843,12 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyWrite,
     ) {
         let _timer = self.timer("write");
-        let options = WriteOptions {
-            // A write-back from the kernel's page cache: the kernel keeps mtime itself
-            // and sends it with setattr; stamping the arrival time would store a later one.
-            stamp_times: !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
-        };
-        // No FUSE_WRITE_KILL_SUIDGID to heed: without FUSE_HANDLE_KILLPRIV_V2 the
-        // kernel drops set-id bits itself, with a setattr (see `setattr`).
-        match self.ws.write_with(fh(handle), offset, data, options) {
+        // A write-back from the kernel's page cache: the kernel keeps mtime itself and
+        // sends it with setattr; stamping the arrival time would store a later one. No
+        // FUSE_WRITE_KILL_SUIDGID to heed: without FUSE_HANDLE_KILLPRIV_V2 the kernel
+        // drops set-id bits itself, with a setattr (see `setattr`).
+        let stamp = !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        match self.ws.write_with(fh(handle), offset, data, stamp) {
             Ok(written) => reply.written(written as u32),
             Err(err) => reply.error(errno(&err)),
         }

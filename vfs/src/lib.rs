@@ -67,6 +67,6 @@ pub use staging::StagedFile;
 pub use store::{check_name, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX};
 pub use types::*;
 pub use workspace::{
-    FileHandle, OpenFlags, Options, Workspace, WriteOptions, DISK_RESERVE_BYTES_DEFAULT,
-    FILE_SIZE_MAX_DEFAULT, XATTR_NAME_MAX, XATTR_VALUE_MAX,
+    FileHandle, OpenFlags, Options, Workspace, DISK_RESERVE_BYTES_DEFAULT, FILE_SIZE_MAX_DEFAULT,
+    XATTR_NAME_MAX, XATTR_VALUE_MAX,
 };

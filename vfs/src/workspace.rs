@@ -331,20 +331,6 @@ pub(crate) struct OpenState {
     pub(crate) opened_unlinked: bool,
 }
 
-/// How [`Workspace::write_with`] writes.
-#[derive(Clone, Copy, Debug)]
-pub struct WriteOptions {
-    /// Set mtime and ctime to now. Off for the kernel's writeback cache, which keeps
-    /// its own times and sends them with setattr.
-    pub stamp_times: bool,
-}
-
-impl Default for WriteOptions {
-    fn default() -> WriteOptions {
-        WriteOptions { stamp_times: true }
-    }
-}
-
 pub(crate) struct HandleEntry {
     pub(crate) open: Arc<OpenInode>,
     pub(crate) flags: OpenFlags,
@@ -1513,18 +1499,18 @@ impl Workspace {
 
     /// Writes `data` at `offset` (at the end with `append`). Returns the bytes written.
     pub fn write(&self, fh: FileHandle, offset: u64, data: &[u8]) -> Result<usize> {
-        self.write_with(fh, offset, data, WriteOptions::default())
+        self.write_with(fh, offset, data, true)
     }
 
-    /// Like [`Workspace::write`], as `options` say.
+    /// Like [`Workspace::write`]; without `stamp_times` the write leaves mtime and ctime
+    /// alone (the kernel's writeback cache keeps its own and sends them with setattr).
     pub fn write_with(
         &self,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        options: WriteOptions,
+        stamp_times: bool,
     ) -> Result<usize> {
-        let stamp_times = options.stamp_times;
         if let Some((staged, flags)) = self.handle_staged(fh)? {
             return self.staged_write(&staged, flags, offset, data);
         }
