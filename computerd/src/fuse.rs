@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::poll::RequestPolling;
 use computer_vfs::{
     Access, Attr, Caller, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, OpenFlags,
-    RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, XattrSet,
+    Opened, RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, XattrSet,
 };
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
@@ -224,6 +224,46 @@ impl WorkspaceFs {
         }
     }
 }
+
+/// What every fuser reply shares: it can carry an errno instead of its answer. fuser
+/// gives each reply type its own `error` method but no trait over them.
+trait ErrnoReply: Sized {
+    fn fail(self, err: Errno);
+
+    /// Answers with `ok` for a value, or with the errno of an error: the one way a
+    /// handler turns the store's result into a reply.
+    fn answer<T>(self, result: Result<T, Error>, ok: impl FnOnce(Self, T)) {
+        match result {
+            Ok(value) => ok(self, value),
+            Err(err) => self.fail(errno(&err)),
+        }
+    }
+}
+
+macro_rules! errno_reply {
+    ($($reply:ty),*) => {$(
+        impl ErrnoReply for $reply {
+            fn fail(self, err: Errno) {
+                self.error(err)
+            }
+        }
+    )*};
+}
+
+errno_reply!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyLseek,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyWrite,
+    ReplyXattr
+);
 
 fn errno(err: &Error) -> Errno {
     match err {
@@ -457,10 +497,9 @@ const DOT_COOKIES: u64 = 2;
 
 impl WorkspaceFs {
     fn reply_entry(&self, reply: ReplyEntry, result: computer_vfs::Result<Attr>) {
-        match result {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(result, |reply, attr| {
+            reply.entry(&TTL, &file_attr(&attr), Generation(0))
+        })
     }
 
     fn open_flags(&self, flags: i32) -> OpenFlags {
@@ -470,6 +509,52 @@ impl WorkspaceFs {
             flags.append = false;
         }
         flags
+    }
+
+    /// The answer to an `open`: through passthrough if the store staged the file and the
+    /// kernel takes it, otherwise served by the daemon.
+    fn reply_opened(&self, reply: ReplyOpen, inode: INodeNo, opened: &Opened) {
+        let handle = opened.handle.0;
+        if let Some(staged) = &opened.staged {
+            let register = |file: &std::fs::File| reply.open_backing(file);
+            if let Some(id) = self.backing_id(inode, handle, staged, register) {
+                return reply.opened_passthrough(
+                    FileHandle(handle),
+                    FopenFlags::FOPEN_NOFLUSH,
+                    &id,
+                );
+            }
+            // Served through the daemon from the staging file; no page cache to trust.
+            return reply.opened(FileHandle(handle), FopenFlags::empty());
+        }
+        reply.opened(FileHandle(handle), self.cached_open_flags(inode))
+    }
+
+    /// The answer to a `create`, as [`WorkspaceFs::reply_opened`] with the new entry.
+    fn reply_created(&self, reply: ReplyCreate, fuse_attr: &FileAttr, opened: &Opened) {
+        let handle = opened.handle.0;
+        if let Some(staged) = &opened.staged {
+            let register = |file: &std::fs::File| reply.open_backing(file);
+            if let Some(id) = self.backing_id(fuse_attr.ino, handle, staged, register) {
+                return reply.created_passthrough(
+                    &TTL,
+                    fuse_attr,
+                    Generation(0),
+                    FileHandle(handle),
+                    FopenFlags::FOPEN_NOFLUSH,
+                    &id,
+                );
+            }
+            return reply.created(
+                &TTL,
+                fuse_attr,
+                Generation(0),
+                FileHandle(handle),
+                FopenFlags::empty(),
+            );
+        }
+        let flags = self.cached_open_flags(fuse_attr.ino);
+        reply.created(&TTL, fuse_attr, Generation(0), FileHandle(handle), flags)
     }
 }
 
@@ -544,10 +629,9 @@ impl Filesystem for WorkspaceFs {
 
     fn getattr(&self, _req: &Request, inode: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _timer = self.timer("getattr");
-        match self.ws.getattr(ino(inode)) {
-            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(self.ws.getattr(ino(inode)), |reply, attr| {
+            reply.attr(&TTL, &file_attr(&attr))
+        })
     }
 
     fn setattr(
@@ -585,18 +669,15 @@ impl Filesystem for WorkspaceFs {
         // (`Caller::setattr`).
         let process = RequestProcess::of(req);
         let caller = self.caller(req, &process);
-        match caller.setattr(ino(inode), &changes, fh.is_some()) {
-            Ok(attr) => reply.attr(&TTL, &file_attr(&attr)),
-            Err(err) => reply.error(errno(&err)),
-        }
+        let result = caller.setattr(ino(inode), &changes, fh.is_some());
+        reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)))
     }
 
     fn readlink(&self, _req: &Request, inode: INodeNo, reply: ReplyData) {
         let _timer = self.timer("readlink");
-        match self.ws.readlink(ino(inode)) {
-            Ok(target) => reply.data(&target),
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(self.ws.readlink(ino(inode)), |reply, target| {
+            reply.data(&target)
+        })
     }
 
     fn mknod(
@@ -647,25 +728,19 @@ impl Filesystem for WorkspaceFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("unlink");
         let process = RequestProcess::of(req);
-        match self
+        let result = self
             .caller(req, &process)
-            .unlink(ino(parent), name.as_bytes())
-        {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+            .unlink(ino(parent), name.as_bytes());
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("rmdir");
         let process = RequestProcess::of(req);
-        match self
+        let result = self
             .caller(req, &process)
-            .rmdir(ino(parent), name.as_bytes())
-        {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+            .rmdir(ino(parent), name.as_bytes());
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn symlink(
@@ -706,16 +781,14 @@ impl Filesystem for WorkspaceFs {
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
         };
         let process = RequestProcess::of(req);
-        match self.caller(req, &process).rename(
+        let result = self.caller(req, &process).rename(
             ino(parent),
             name.as_bytes(),
             ino(newparent),
             newname.as_bytes(),
             flags,
-        ) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        );
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn link(
@@ -741,24 +814,10 @@ impl Filesystem for WorkspaceFs {
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(req);
         let caller = self.caller(req, &process);
-        let opened = match caller.open_for_kernel(ino(inode), flags, want, passthrough) {
-            Ok(opened) => opened,
-            Err(err) => return reply.error(errno(&err)),
-        };
-        let handle = opened.handle.0;
-        if let Some(staged) = &opened.staged {
-            let register = |file: &std::fs::File| reply.open_backing(file);
-            if let Some(id) = self.backing_id(inode, handle, staged, register) {
-                return reply.opened_passthrough(
-                    FileHandle(handle),
-                    FopenFlags::FOPEN_NOFLUSH,
-                    &id,
-                );
-            }
-            // Served through the daemon from the staging file; no page cache to trust.
-            return reply.opened(FileHandle(handle), FopenFlags::empty());
-        }
-        reply.opened(FileHandle(handle), self.cached_open_flags(inode))
+        let opened = caller.open_for_kernel(ino(inode), flags, want, passthrough);
+        reply.answer(opened, |reply, opened| {
+            self.reply_opened(reply, inode, &opened)
+        });
     }
 
     fn create(
@@ -782,34 +841,9 @@ impl Filesystem for WorkspaceFs {
             flags,
             passthrough,
         );
-        let (attr, opened) = match created {
-            Ok(created) => created,
-            Err(err) => return reply.error(errno(&err)),
-        };
-        let handle = opened.handle.0;
-        let fuse_attr = file_attr(&attr);
-        if let Some(staged) = &opened.staged {
-            let register = |file: &std::fs::File| reply.open_backing(file);
-            if let Some(id) = self.backing_id(fuse_attr.ino, handle, staged, register) {
-                return reply.created_passthrough(
-                    &TTL,
-                    &fuse_attr,
-                    Generation(0),
-                    FileHandle(handle),
-                    FopenFlags::FOPEN_NOFLUSH,
-                    &id,
-                );
-            }
-            return reply.created(
-                &TTL,
-                &fuse_attr,
-                Generation(0),
-                FileHandle(handle),
-                FopenFlags::empty(),
-            );
-        }
-        let flags = self.cached_open_flags(fuse_attr.ino);
-        reply.created(&TTL, &fuse_attr, Generation(0), FileHandle(handle), flags)
+        reply.answer(created, |reply, (attr, opened)| {
+            self.reply_created(reply, &file_attr(&attr), &opened)
+        });
     }
 
     fn read(
@@ -824,10 +858,8 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyData,
     ) {
         let _timer = self.timer("read");
-        match self.ws.read(fh(handle), offset, size as usize) {
-            Ok(data) => reply.data(&data),
-            Err(err) => reply.error(errno(&err)),
-        }
+        let result = self.ws.read(fh(handle), offset, size as usize);
+        reply.answer(result, |reply, data| reply.data(&data))
     }
 
     fn write(
@@ -848,10 +880,8 @@ impl Filesystem for WorkspaceFs {
         // FUSE_WRITE_KILL_SUIDGID to heed: without FUSE_HANDLE_KILLPRIV_V2 the kernel
         // drops set-id bits itself, with a setattr (see `setattr`).
         let stamp = !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        match self.ws.write_with(fh(handle), offset, data, stamp) {
-            Ok(written) => reply.written(written as u32),
-            Err(err) => reply.error(errno(&err)),
-        }
+        let result = self.ws.write_with(fh(handle), offset, data, stamp);
+        reply.answer(result, |reply, written| reply.written(written as u32))
     }
 
     fn flush(
@@ -863,10 +893,7 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEmpty,
     ) {
         let _timer = self.timer("flush");
-        match self.ws.flush(fh(handle)) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(self.ws.flush(fh(handle)), |reply, ()| reply.ok())
     }
 
     fn release(
@@ -881,10 +908,7 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("release");
         self.forget_backing(handle.0, inode);
-        match self.ws.release(fh(handle)) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(self.ws.release(fh(handle)), |reply, ()| reply.ok())
     }
 
     fn fsync(
@@ -896,19 +920,16 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEmpty,
     ) {
         let _timer = self.timer("fsync");
-        match self.ws.fsync(fh(handle)) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(self.ws.fsync(fh(handle)), |reply, ()| reply.ok())
     }
 
     fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("opendir");
         let process = RequestProcess::of(req);
-        match self.caller(req, &process).opendir(ino(inode)) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(err) => reply.error(errno(&err)),
-        }
+        let result = self.caller(req, &process).opendir(ino(inode));
+        reply.answer(result, |reply, _| {
+            reply.opened(FileHandle(0), FopenFlags::empty())
+        })
     }
 
     fn readdir(
@@ -1011,16 +1032,13 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEmpty,
     ) {
         let _timer = self.timer("fsyncdir");
-        match self.ws.sync() {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(self.ws.sync(), |reply, ()| reply.ok())
     }
 
     fn statfs(&self, _req: &Request, _inode: INodeNo, reply: ReplyStatfs) {
         let _timer = self.timer("statfs");
-        match self.ws.statfs() {
-            Ok(s) => reply.statfs(
+        reply.answer(self.ws.statfs(), |reply, s| {
+            reply.statfs(
                 s.blocks_total,
                 s.blocks_free,
                 s.blocks_free,
@@ -1029,9 +1047,8 @@ impl Filesystem for WorkspaceFs {
                 s.block_size,
                 s.name_max,
                 s.block_size,
-            ),
-            Err(err) => reply.error(errno(&err)),
-        }
+            )
+        })
     }
 
     fn setxattr(
@@ -1054,49 +1071,38 @@ impl Filesystem for WorkspaceFs {
         };
         let process = RequestProcess::of(req);
         let caller = self.caller(req, &process);
-        match caller.setxattr(ino(inode), name.as_bytes(), value, mode) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        let result = caller.setxattr(ino(inode), name.as_bytes(), value, mode);
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn getxattr(&self, req: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _timer = self.timer("getxattr");
         let process = RequestProcess::of(req);
-        match self
+        let result = self
             .caller(req, &process)
-            .getxattr(ino(inode), name.as_bytes())
-        {
-            Ok(value) => reply_xattr(reply, size, &value),
-            Err(err) => reply.error(errno(&err)),
-        }
+            .getxattr(ino(inode), name.as_bytes());
+        reply.answer(result, |reply, value| reply_xattr(reply, size, &value))
     }
 
     fn listxattr(&self, _req: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
         let _timer = self.timer("listxattr");
-        match self.ws.listxattr(ino(inode)) {
-            Ok(names) => {
-                let mut list = Vec::new();
-                for name in names {
-                    list.extend_from_slice(&name);
-                    list.push(0);
-                }
-                reply_xattr(reply, size, &list)
-            }
-            Err(err) => reply.error(errno(&err)),
-        }
+        reply.answer(self.ws.listxattr(ino(inode)), |reply, names| {
+            // The kernel's format: each name followed by a NUL.
+            let list: Vec<u8> = names
+                .iter()
+                .flat_map(|name| name.iter().copied().chain([0]))
+                .collect();
+            reply_xattr(reply, size, &list)
+        })
     }
 
     fn removexattr(&self, req: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("removexattr");
         let process = RequestProcess::of(req);
-        match self
+        let result = self
             .caller(req, &process)
-            .removexattr(ino(inode), name.as_bytes())
-        {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+            .removexattr(ino(inode), name.as_bytes());
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn access(&self, req: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -1104,10 +1110,8 @@ impl Filesystem for WorkspaceFs {
         // Sent for access(2) and chdir(2) when the kernel leaves permissions to us.
         let want = Access::from_mask(mask.bits());
         let process = RequestProcess::of(req);
-        match self.caller(req, &process).access(ino(inode), want) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        let result = self.caller(req, &process).access(ino(inode), want);
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn fallocate(
@@ -1125,10 +1129,8 @@ impl Filesystem for WorkspaceFs {
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return reply.error(Errno::EOPNOTSUPP);
         }
-        match self.ws.allocate(fh(handle), offset, length, keep_size) {
-            Ok(()) => reply.ok(),
-            Err(err) => reply.error(errno(&err)),
-        }
+        let result = self.ws.allocate(fh(handle), offset, length, keep_size);
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn lseek(
@@ -1143,16 +1145,15 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("lseek");
         // Holes are not reported: all data up to the size, one hole at the end, as
         // filesystems without hole tracking answer.
-        let size = match self.ws.getattr(ino(inode)) {
-            Ok(attr) => attr.size as i64,
-            Err(err) => return reply.error(errno(&err)),
-        };
-        match whence {
-            libc::SEEK_DATA if offset < size => reply.offset(offset),
-            libc::SEEK_HOLE if offset < size => reply.offset(size),
-            libc::SEEK_DATA | libc::SEEK_HOLE => reply.error(Errno::ENXIO),
-            _ => reply.error(Errno::EINVAL),
-        }
+        reply.answer(self.ws.getattr(ino(inode)), |reply, attr| {
+            let size = attr.size as i64;
+            match whence {
+                libc::SEEK_DATA if offset < size => reply.offset(offset),
+                libc::SEEK_HOLE if offset < size => reply.offset(size),
+                libc::SEEK_DATA | libc::SEEK_HOLE => reply.error(Errno::ENXIO),
+                _ => reply.error(Errno::EINVAL),
+            }
+        })
     }
 
     fn copy_file_range(
@@ -1170,13 +1171,10 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("copy_file_range");
         let len = len.min(u32::MAX as u64 & !0xfff);
-        match self
+        let result = self
             .ws
-            .copy_range(fh(fh_in), offset_in, fh(fh_out), offset_out, len)
-        {
-            Ok(copied) => reply.written(copied as u32),
-            Err(err) => reply.error(errno(&err)),
-        }
+            .copy_range(fh(fh_in), offset_in, fh(fh_out), offset_out, len);
+        reply.answer(result, |reply, copied| reply.written(copied as u32))
     }
 }
 
