@@ -17,6 +17,7 @@
 
 mod common;
 
+use computer_vfs::Who;
 use std::hint::black_box;
 use std::io::Write;
 use std::time::Duration;
@@ -83,7 +84,14 @@ fn write(c: &mut Criterion) {
                 || {
                     let (dir, ws) = fresh();
                     let attr = ws
-                        .mknod(InodeNo::ROOT, b"f", FileKind::File, NewNode::new(0o644), 0)
+                        .mknod(
+                            Who::Trusted,
+                            InodeNo::ROOT,
+                            b"f",
+                            FileKind::File,
+                            NewNode::new(0o644),
+                            0,
+                        )
                         .unwrap();
                     (dir, ws, attr.ino)
                 },

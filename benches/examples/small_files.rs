@@ -10,6 +10,7 @@
 //! in one sitting: the machine is noisy), not a figure of the mount: the FUSE round
 //! trips and the kernel are not in it.
 
+use computer_vfs::Who;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     for round in 0..rounds {
         let parent = ws
             .mkdir(
+                Who::Trusted,
                 InodeNo::ROOT,
                 format!("r{round}").as_bytes(),
                 NewNode::new(0o755),
@@ -55,10 +57,10 @@ fn main() -> anyhow::Result<()> {
             (Duration::ZERO, Duration::ZERO, Duration::ZERO);
         for (i, name) in names.iter().enumerate() {
             let t = Instant::now();
-            assert!(ws.lookup(parent, name).is_err());
+            assert!(ws.lookup(Who::Trusted, parent, name).is_err());
             let t1 = Instant::now();
             let (_, opened) =
-                ws.create_for_kernel(parent, name, NewNode::new(0o644), flags, true)?;
+                ws.create_for_kernel(Who::Trusted, parent, name, NewNode::new(0o644), flags, true)?;
             let t2 = Instant::now();
             // What `echo $i > f$i` writes, straight into the staging file as the
             // kernel would through passthrough (not timed: no request of the store).
@@ -78,7 +80,7 @@ fn main() -> anyhow::Result<()> {
         // getattr with no batch of changes open.
         let inos = names
             .iter()
-            .map(|name| ws.lookup(parent, name).map(|attr| attr.ino))
+            .map(|name| ws.lookup(Who::Trusted, parent, name).map(|attr| attr.ino))
             .collect::<Result<Vec<_>, _>>()?;
         let t = Instant::now();
         for &ino in &inos {
@@ -87,7 +89,7 @@ fn main() -> anyhow::Result<()> {
         let getattr = t.elapsed();
         let t = Instant::now();
         for name in &names {
-            ws.unlink(parent, name)?;
+            ws.unlink(Who::Trusted, parent, name)?;
         }
         let unlink = t.elapsed();
         std::thread::sleep(Duration::from_millis(300));

@@ -7,7 +7,7 @@
 //! directory listings.
 //!
 //! Permissions: every request is checked by the store against the caller's credentials
-//! ([`Caller`]); this module only says who the caller is. Where other users can reach
+//! (`Who::Caller`); this module only says who the caller is. Where other users can reach
 //! the mount, the kernel checks too (`default_permissions`, see [`permission_option`]).
 //!
 //! Caching: this daemon is the only writer of a mounted workspace, so the kernel may keep
@@ -24,8 +24,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::poll::RequestPolling;
 use computer_vfs::{
-    Access, Attr, Caller, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, OpenFlags,
-    Opened, RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Workspace, XattrSet,
+    Access, Attr, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, NewNode,
+    OpenFlags, Opened, RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Who, Workspace,
+    XattrSet,
 };
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
@@ -128,11 +129,15 @@ impl WorkspaceFs {
         }
     }
 
-    /// The workspace as the process behind `req` may use it.
-    fn caller<'a>(&'a self, req: &Request, process: &'a RequestProcess) -> Caller<'a> {
-        self.ws
-            .caller(Credentials::new(req.uid(), req.gid(), process))
+    /// Who the process behind `req` is, for the store's permission checks.
+    fn credentials<'a>(&self, req: &Request, process: &'a RequestProcess) -> Credentials<'a> {
+        Credentials::new(req.uid(), req.gid(), process)
             .protected_hardlinks(self.protected_hardlinks)
+    }
+
+    /// The process behind `req`, as the one who asks for an operation.
+    fn caller<'a>(&self, req: &Request, process: &'a RequestProcess) -> Who<'a> {
+        Who::Caller(self.credentials(req, process))
     }
 
     /// Marks the start of a request: counts it (with `--op-stats`) and tells the poller.
@@ -375,29 +380,6 @@ fn fh(fh: FileHandle) -> computer_vfs::FileHandle {
     computer_vfs::FileHandle(fh.0)
 }
 
-/// What an open asks of the file: reading or writing as its access mode says (both for
-/// the odd mode 3, as Linux does), or executing where `execve` opens it (the kernel's
-/// `FMODE_EXEC` travels in the flags).
-fn open_access(flags: i32) -> Access {
-    const FMODE_EXEC: i32 = 0x20;
-    let (read, write) = match flags & libc::O_ACCMODE {
-        libc::O_RDONLY => (true, false),
-        libc::O_WRONLY => (false, true),
-        _ => (true, true),
-    };
-    if flags & FMODE_EXEC != 0 {
-        return Access {
-            exec: true,
-            ..Access::NONE
-        };
-    }
-    Access {
-        read,
-        write,
-        exec: false,
-    }
-}
-
 /// The mount option for the kernel's own permission checks. Where other users can reach
 /// the mount (`allow_other`, or a daemon not run by root) the kernel checks as well as
 /// the store: some accesses never reach a FUSE daemon (opening a FIFO or a socket, and
@@ -615,8 +597,8 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("lookup");
         let process = RequestProcess::of(req);
         match self
-            .caller(req, &process)
-            .lookup(ino(parent), name.as_bytes())
+            .ws
+            .lookup(self.caller(req, &process), ino(parent), name.as_bytes())
         {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
             // Cached as long as a positive entry: names appear only through this
@@ -661,15 +643,17 @@ impl Filesystem for WorkspaceFs {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
             ctime: ctime.map(request_timestamp),
+            through_handle: fh.is_some(),
         };
         // Set-id bits: without FUSE_HANDLE_KILLPRIV(_V2) the kernel drops them itself
         // after a write, chown or truncate by asking for the mode without them (a
         // passthrough write never reaches us, so only the kernel can); the store's
         // rules drop them too where a request does not name the mode
-        // (`Caller::setattr`).
+        // (`Workspace::setattr`).
         let process = RequestProcess::of(req);
-        let caller = self.caller(req, &process);
-        let result = caller.setattr(ino(inode), &changes, fh.is_some());
+        let result = self
+            .ws
+            .setattr(self.caller(req, &process), ino(inode), &changes);
         reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)))
     }
 
@@ -698,11 +682,12 @@ impl Filesystem for WorkspaceFs {
             return reply.error(Errno::EINVAL);
         }
         let process = RequestProcess::of(req);
-        let result = self.caller(req, &process).mknod(
+        let result = self.ws.mknod(
+            self.caller(req, &process),
             ino(parent),
             name.as_bytes(),
             kind,
-            mode & 0o7777,
+            NewNode::new(mode & 0o7777),
             rdev,
         );
         self.reply_entry(reply, result);
@@ -719,9 +704,12 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("mkdir");
         let process = RequestProcess::of(req);
-        let result = self
-            .caller(req, &process)
-            .mkdir(ino(parent), name.as_bytes(), mode & 0o7777);
+        let result = self.ws.mkdir(
+            self.caller(req, &process),
+            ino(parent),
+            name.as_bytes(),
+            NewNode::new(mode & 0o7777),
+        );
         self.reply_entry(reply, result);
     }
 
@@ -729,8 +717,8 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("unlink");
         let process = RequestProcess::of(req);
         let result = self
-            .caller(req, &process)
-            .unlink(ino(parent), name.as_bytes());
+            .ws
+            .unlink(self.caller(req, &process), ino(parent), name.as_bytes());
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -738,8 +726,8 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("rmdir");
         let process = RequestProcess::of(req);
         let result = self
-            .caller(req, &process)
-            .rmdir(ino(parent), name.as_bytes());
+            .ws
+            .rmdir(self.caller(req, &process), ino(parent), name.as_bytes());
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -753,10 +741,12 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("symlink");
         let process = RequestProcess::of(req);
-        let result = self.caller(req, &process).symlink(
+        let result = self.ws.symlink(
+            self.caller(req, &process),
             ino(parent),
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
+            NewNode::new(0o777),
         );
         self.reply_entry(reply, result);
     }
@@ -781,7 +771,8 @@ impl Filesystem for WorkspaceFs {
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
         };
         let process = RequestProcess::of(req);
-        let result = self.caller(req, &process).rename(
+        let result = self.ws.rename(
+            self.caller(req, &process),
             ino(parent),
             name.as_bytes(),
             ino(newparent),
@@ -801,20 +792,22 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("link");
         let process = RequestProcess::of(req);
-        let result =
-            self.caller(req, &process)
-                .link(ino(inode), ino(newparent), newname.as_bytes());
+        let result = self.ws.link(
+            self.caller(req, &process),
+            ino(inode),
+            ino(newparent),
+            newname.as_bytes(),
+        );
         self.reply_entry(reply, result);
     }
 
     fn open(&self, req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("open");
-        let want = open_access(flags.0);
         let flags = self.open_flags(flags.0);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(req);
-        let caller = self.caller(req, &process);
-        let opened = caller.open_for_kernel(ino(inode), flags, want, passthrough);
+        let who = self.caller(req, &process);
+        let opened = self.ws.open_for_kernel(who, ino(inode), flags, passthrough);
         reply.answer(opened, |reply, opened| {
             self.reply_opened(reply, inode, &opened)
         });
@@ -834,10 +827,11 @@ impl Filesystem for WorkspaceFs {
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(req);
-        let created = self.caller(req, &process).create_for_kernel(
+        let created = self.ws.create_for_kernel(
+            self.caller(req, &process),
             ino(parent),
             name.as_bytes(),
-            mode & 0o7777,
+            NewNode::new(mode & 0o7777),
             flags,
             passthrough,
         );
@@ -926,7 +920,7 @@ impl Filesystem for WorkspaceFs {
     fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("opendir");
         let process = RequestProcess::of(req);
-        let result = self.caller(req, &process).opendir(ino(inode));
+        let result = self.ws.opendir(self.caller(req, &process), ino(inode));
         reply.answer(result, |reply, _| {
             reply.opened(FileHandle(0), FopenFlags::empty())
         })
@@ -1070,8 +1064,10 @@ impl Filesystem for WorkspaceFs {
             XattrSet::Any
         };
         let process = RequestProcess::of(req);
-        let caller = self.caller(req, &process);
-        let result = caller.setxattr(ino(inode), name.as_bytes(), value, mode);
+        let who = self.caller(req, &process);
+        let result = self
+            .ws
+            .setxattr(who, ino(inode), name.as_bytes(), value, mode);
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -1079,8 +1075,8 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("getxattr");
         let process = RequestProcess::of(req);
         let result = self
-            .caller(req, &process)
-            .getxattr(ino(inode), name.as_bytes());
+            .ws
+            .getxattr(self.caller(req, &process), ino(inode), name.as_bytes());
         reply.answer(result, |reply, value| reply_xattr(reply, size, &value))
     }
 
@@ -1100,8 +1096,8 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("removexattr");
         let process = RequestProcess::of(req);
         let result = self
-            .caller(req, &process)
-            .removexattr(ino(inode), name.as_bytes());
+            .ws
+            .removexattr(self.caller(req, &process), ino(inode), name.as_bytes());
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -1110,7 +1106,9 @@ impl Filesystem for WorkspaceFs {
         // Sent for access(2) and chdir(2) when the kernel leaves permissions to us.
         let want = Access::from_mask(mask.bits());
         let process = RequestProcess::of(req);
-        let result = self.caller(req, &process).access(ino(inode), want);
+        let result = self
+            .ws
+            .access(&self.credentials(req, &process), ino(inode), want);
         reply.answer(result, |reply, ()| reply.ok())
     }
 

@@ -8,7 +8,7 @@
 //! supplementary groups, its capabilities). The rules ask it only when the answer
 //! depends on it, since finding out may cost the adapter a system call.
 //!
-//! The functions here decide; [`crate::Caller`] applies them inside the inode API.
+//! The functions here decide; the inode API applies them to a [`Who::Caller`].
 
 use crate::error::{kind, Result};
 use crate::types::{Attr, FileKind, NewNode, SetAttr, SetTime};
@@ -116,13 +116,38 @@ impl CallerInfo for Superuser {
     }
 }
 
-/// Who asks: the user and group ids file access is checked with (the filesystem ids of
-/// the calling thread), and how to learn the rest.
+/// Who asks for an operation of the inode API: the one parameter that decides whether
+/// it is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Who<'a> {
+    /// The store's own callers (the path API, replication, tools): nothing is checked,
+    /// and a new node is owned as the call says.
+    Trusted,
+    /// A caller every rule of this module applies to; it owns what it creates (only the
+    /// permission bits of the call's `NewNode` are used).
+    Caller(Credentials<'a>),
+}
+
+impl<'a> Who<'a> {
+    /// The credentials to check, if any.
+    pub(crate) fn cred(&self) -> Option<&Credentials<'a>> {
+        match self {
+            Who::Trusted => None,
+            Who::Caller(cred) => Some(cred),
+        }
+    }
+}
+
+/// A caller: the user and group ids file access is checked with (the filesystem ids of
+/// the calling thread), how to learn the rest, and the host's rule for hard links.
 #[derive(Clone, Copy)]
 pub struct Credentials<'a> {
     pub uid: u32,
     pub gid: u32,
     info: &'a dyn CallerInfo,
+    /// Hard links restricted as with the `fs.protected_hardlinks` sysctl (see
+    /// [`may_link`]).
+    protected_hardlinks: bool,
 }
 
 impl std::fmt::Debug for Credentials<'_> {
@@ -130,13 +155,28 @@ impl std::fmt::Debug for Credentials<'_> {
         f.debug_struct("Credentials")
             .field("uid", &self.uid)
             .field("gid", &self.gid)
+            .field("protected_hardlinks", &self.protected_hardlinks)
             .finish_non_exhaustive()
     }
 }
 
 impl<'a> Credentials<'a> {
     pub fn new(uid: u32, gid: u32, info: &'a dyn CallerInfo) -> Credentials<'a> {
-        Credentials { uid, gid, info }
+        Credentials {
+            uid,
+            gid,
+            info,
+            protected_hardlinks: true,
+        }
+    }
+
+    /// Whether hard links are restricted as with `fs.protected_hardlinks = 1` (the
+    /// default, as in most distributions).
+    pub fn protected_hardlinks(self, on: bool) -> Credentials<'a> {
+        Credentials {
+            protected_hardlinks: on,
+            ..self
+        }
     }
 
     /// Root with every capability.
@@ -145,6 +185,7 @@ impl<'a> Credentials<'a> {
             uid: 0,
             gid: 0,
             info: &Superuser,
+            protected_hardlinks: true,
         }
     }
 
@@ -303,12 +344,12 @@ pub(crate) fn may_reparent(dir: &Attr, cred: &Credentials<'_>) -> Result<()> {
     check(dir, cred, Access::WRITE)
 }
 
-/// A new hard link to `source` (`may_linkat`). With `protected` (the
+/// A new hard link to `source` (`may_linkat`). Where links are protected (the
 /// `fs.protected_hardlinks` sysctl, on in most distributions), someone who neither owns
 /// the file nor has `CAP_FOWNER` may only link a regular file without set-id bits that
 /// they may read and write (EPERM otherwise).
-pub(crate) fn may_link(source: &Attr, cred: &Credentials<'_>, protected: bool) -> Result<()> {
-    if !protected {
+pub(crate) fn may_link(source: &Attr, cred: &Credentials<'_>) -> Result<()> {
+    if !cred.protected_hardlinks {
         return Ok(());
     }
     // Ownership first: it is free, while the read-write test of a source its owner
@@ -364,19 +405,14 @@ fn drops_setid_only(old: u32, new: u32) -> bool {
 
 /// Checks a change of attributes by `cred` and returns the change to apply: with
 /// set-group-id dropped from a chmod by someone outside the file's group, and set-id
-/// bits dropped by a chown or truncate as Linux drops them. `through_handle`: the
-/// change names an open file (ftruncate, or the kernel flushing the times it keeps),
-/// whose opening was checked already.
+/// bits dropped by a chown or truncate as Linux drops them. A change through a handle
+/// (`SetAttr::through_handle`) was checked when the file was opened.
 ///
 /// The order of the checks is the kernel's: truncate and "touch" need write permission
 /// (EACCES) before anything else is looked at; then chown, chgrp, chmod and explicit
 /// times each need ownership or a capability (EPERM).
-pub(crate) fn setattr(
-    attr: &Attr,
-    changes: &SetAttr,
-    cred: &Credentials<'_>,
-    through_handle: bool,
-) -> Result<SetAttr> {
+pub(crate) fn setattr(attr: &Attr, changes: &SetAttr, cred: &Credentials<'_>) -> Result<SetAttr> {
+    let through_handle = changes.through_handle;
     let mut out = changes.clone();
     if changes.size.is_some() && !through_handle {
         check(attr, cred, Access::WRITE)?;
@@ -668,29 +704,40 @@ mod tests {
         let cred = Credentials::new(1002, 5, &nobody);
         // Not readable and writable by the caller: refused when protected.
         let private = file(0o644, 1000, 100);
-        assert_eq!(errno(may_link(&private, &cred, true)), libc::EPERM);
-        assert_eq!(errno(may_link(&private, &cred, false)), 0);
-        assert_eq!(errno(may_link(&file(0o666, 1000, 100), &cred, true)), 0);
+        assert_eq!(errno(may_link(&private, &cred)), libc::EPERM);
+        assert_eq!(
+            errno(may_link(&private, &cred.protected_hardlinks(false))),
+            0
+        );
+        assert_eq!(errno(may_link(&file(0o666, 1000, 100), &cred)), 0);
         // Set-user-id, or set-group-id and group-executable: refused even if writable.
         assert_eq!(
-            errno(may_link(&file(0o4666, 1000, 100), &cred, true)),
+            errno(may_link(&file(0o4666, 1000, 100), &cred)),
             libc::EPERM
         );
         assert_eq!(
-            errno(may_link(&file(0o2676, 1000, 100), &cred, true)),
+            errno(may_link(&file(0o2676, 1000, 100), &cred)),
             libc::EPERM
         );
-        assert_eq!(errno(may_link(&file(0o2666, 1000, 100), &cred, true)), 0);
+        assert_eq!(errno(may_link(&file(0o2666, 1000, 100), &cred)), 0);
         // Not a regular file.
         let fifo = node(FileKind::Fifo, 0o666, 1000, 100);
-        assert_eq!(errno(may_link(&fifo, &cred, true)), libc::EPERM);
+        assert_eq!(errno(may_link(&fifo, &cred)), libc::EPERM);
         // The owner links anything.
         let owner = Credentials::new(1000, 5, &nobody);
-        assert_eq!(errno(may_link(&file(0o4000, 1000, 100), &owner, true)), 0);
+        assert_eq!(errno(may_link(&file(0o4000, 1000, 100), &owner)), 0);
     }
 
     fn change() -> SetAttr {
         SetAttr::default()
+    }
+
+    /// `changes`, as asked through an open file.
+    fn through_handle(changes: &SetAttr) -> SetAttr {
+        SetAttr {
+            through_handle: true,
+            ..changes.clone()
+        }
     }
 
     #[test]
@@ -703,23 +750,20 @@ mod tests {
             perm: Some(perm),
             ..change()
         };
-        assert_eq!(
-            errno(setattr(&f, &chmod(0o600), &stranger, false)),
-            libc::EPERM
-        );
+        assert_eq!(errno(setattr(&f, &chmod(0o600), &stranger)), libc::EPERM);
         // The owner is not in group 100: set-group-id is dropped, the rest applies.
-        let applied = setattr(&f, &chmod(0o2755), &owner, false).unwrap();
+        let applied = setattr(&f, &chmod(0o2755), &owner).unwrap();
         assert_eq!(applied.perm, Some(0o755));
         // In the group, it stays.
         let member = KnownCaller::with_groups(&[100]);
         let owner_in_group = Credentials::new(1000, 5, &member);
-        let applied = setattr(&f, &chmod(0o2755), &owner_in_group, false).unwrap();
+        let applied = setattr(&f, &chmod(0o2755), &owner_in_group).unwrap();
         assert_eq!(applied.perm, Some(0o2755));
         // Root keeps it (CAP_FSETID) and may chmod anything (CAP_FOWNER).
-        let applied = setattr(&f, &chmod(0o2755), &Credentials::root(), false).unwrap();
+        let applied = setattr(&f, &chmod(0o2755), &Credentials::root()).unwrap();
         assert_eq!(applied.perm, Some(0o2755));
         // Set-user-id is the owner's to set.
-        let applied = setattr(&f, &chmod(0o4755), &owner, false).unwrap();
+        let applied = setattr(&f, &chmod(0o4755), &owner).unwrap();
         assert_eq!(applied.perm, Some(0o4755));
     }
 
@@ -735,38 +779,27 @@ mod tests {
             ..change()
         };
         assert_eq!(
-            errno(setattr(&f, &chown(Some(1002), None), &owner, false)),
+            errno(setattr(&f, &chown(Some(1002), None), &owner)),
             libc::EPERM
         );
         // Giving a file to its own owner is a no-op the owner may do; nobody else may.
+        assert_eq!(errno(setattr(&f, &chown(Some(1000), None), &owner)), 0);
         assert_eq!(
-            errno(setattr(&f, &chown(Some(1000), None), &owner, false)),
-            0
+            errno(setattr(&f, &chown(Some(1000), None), &stranger)),
+            libc::EPERM
         );
+        assert_eq!(errno(setattr(&f, &chown(None, Some(200)), &owner)), 0);
+        assert_eq!(errno(setattr(&f, &chown(None, Some(5)), &owner)), 0);
         assert_eq!(
-            errno(setattr(&f, &chown(Some(1000), None), &stranger, false)),
+            errno(setattr(&f, &chown(None, Some(300)), &owner)),
             libc::EPERM
         );
         assert_eq!(
-            errno(setattr(&f, &chown(None, Some(200)), &owner, false)),
-            0
-        );
-        assert_eq!(errno(setattr(&f, &chown(None, Some(5)), &owner, false)), 0);
-        assert_eq!(
-            errno(setattr(&f, &chown(None, Some(300)), &owner, false)),
+            errno(setattr(&f, &chown(None, Some(200)), &stranger)),
             libc::EPERM
         );
         assert_eq!(
-            errno(setattr(&f, &chown(None, Some(200)), &stranger, false)),
-            libc::EPERM
-        );
-        assert_eq!(
-            errno(setattr(
-                &f,
-                &chown(Some(1), Some(1)),
-                &Credentials::root(),
-                false
-            )),
+            errno(setattr(&f, &chown(Some(1), Some(1)), &Credentials::root(),)),
             0
         );
     }
@@ -780,32 +813,20 @@ mod tests {
             ..change()
         };
         // Set-user-id always goes; set-group-id with group execute goes.
-        let applied = setattr(&file(0o6755, 1000, 100), &chgrp, &owner, false).unwrap();
+        let applied = setattr(&file(0o6755, 1000, 100), &chgrp, &owner).unwrap();
         assert_eq!(applied.perm, Some(0o755));
         // Set-group-id without group execute (a locking marker) stays for a member...
-        let applied = setattr(&file(0o2745, 1000, 100), &chgrp, &owner, false).unwrap();
+        let applied = setattr(&file(0o2745, 1000, 100), &chgrp, &owner).unwrap();
         assert_eq!(applied.perm, None);
         // ...and for root, whose chown drops only what a member's would.
         let root_chown = SetAttr {
             uid: Some(1),
             ..change()
         };
-        let applied = setattr(
-            &file(0o6745, 1000, 100),
-            &root_chown,
-            &Credentials::root(),
-            false,
-        )
-        .unwrap();
+        let applied = setattr(&file(0o6745, 1000, 100), &root_chown, &Credentials::root()).unwrap();
         assert_eq!(applied.perm, Some(0o2745));
         // Directories keep their bits.
-        let applied = setattr(
-            &dir(0o2755, 1000, 100),
-            &root_chown,
-            &Credentials::root(),
-            false,
-        )
-        .unwrap();
+        let applied = setattr(&dir(0o2755, 1000, 100), &root_chown, &Credentials::root()).unwrap();
         assert_eq!(applied.perm, None);
         // A truncation by someone without CAP_FSETID drops them; by root it does not.
         let truncate = SetAttr {
@@ -813,9 +834,9 @@ mod tests {
             ..change()
         };
         let writable = file(0o6777, 1000, 100);
-        let applied = setattr(&writable, &truncate, &owner, false).unwrap();
+        let applied = setattr(&writable, &truncate, &owner).unwrap();
         assert_eq!(applied.perm, Some(0o777));
-        let applied = setattr(&writable, &truncate, &Credentials::root(), false).unwrap();
+        let applied = setattr(&writable, &truncate, &Credentials::root()).unwrap();
         assert_eq!(applied.perm, None);
     }
 
@@ -829,12 +850,9 @@ mod tests {
             mtime: Some(SetTime::Now),
             ..change()
         };
-        assert_eq!(errno(setattr(&f, &truncate, &cred, false)), libc::EACCES);
-        assert_eq!(errno(setattr(&f, &truncate, &cred, true)), 0);
-        assert_eq!(
-            errno(setattr(&file(0o666, 1000, 100), &truncate, &cred, false)),
-            0
-        );
+        assert_eq!(errno(setattr(&f, &truncate, &cred)), libc::EACCES);
+        assert_eq!(errno(setattr(&f, &through_handle(&truncate), &cred)), 0);
+        assert_eq!(errno(setattr(&file(0o666, 1000, 100), &truncate, &cred)), 0);
     }
 
     #[test]
@@ -858,24 +876,18 @@ mod tests {
         let read_only = file(0o444, 1000, 100);
         let writable = file(0o666, 1000, 100);
         // "Now": the owner even of a read-only file, or anyone who may write.
-        assert_eq!(errno(setattr(&read_only, &now, &owner, false)), 0);
-        assert_eq!(
-            errno(setattr(&read_only, &now, &stranger, false)),
-            libc::EACCES
-        );
-        assert_eq!(errno(setattr(&writable, &now, &stranger, false)), 0);
+        assert_eq!(errno(setattr(&read_only, &now, &owner)), 0);
+        assert_eq!(errno(setattr(&read_only, &now, &stranger)), libc::EACCES);
+        assert_eq!(errno(setattr(&writable, &now, &stranger)), 0);
         // Anything else is the owner's (or CAP_FOWNER's), writable or not.
+        assert_eq!(errno(setattr(&writable, &explicit, &stranger)), libc::EPERM);
         assert_eq!(
-            errno(setattr(&writable, &explicit, &stranger, false)),
+            errno(setattr(&writable, &now_and_omit, &stranger)),
             libc::EPERM
         );
+        assert_eq!(errno(setattr(&read_only, &explicit, &owner)), 0);
         assert_eq!(
-            errno(setattr(&writable, &now_and_omit, &stranger, false)),
-            libc::EPERM
-        );
-        assert_eq!(errno(setattr(&read_only, &explicit, &owner, false)), 0);
-        assert_eq!(
-            errno(setattr(&read_only, &explicit, &Credentials::root(), false)),
+            errno(setattr(&read_only, &explicit, &Credentials::root())),
             0
         );
         // The kernel passing on a writer's times (it keeps them itself): write
@@ -885,12 +897,12 @@ mod tests {
             ctime: Some(5),
             ..change()
         };
-        assert_eq!(errno(setattr(&writable, &kept, &stranger, false)), 0);
-        assert_eq!(errno(setattr(&read_only, &kept, &stranger, true)), 0);
+        assert_eq!(errno(setattr(&writable, &kept, &stranger)), 0);
         assert_eq!(
-            errno(setattr(&read_only, &kept, &stranger, false)),
-            libc::EACCES
+            errno(setattr(&read_only, &through_handle(&kept), &stranger)),
+            0
         );
+        assert_eq!(errno(setattr(&read_only, &kept, &stranger)), libc::EACCES);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! Each call is one mutation and one transaction, with one exception: streams
 //! ([`FileWriter`]) commit in bounded pieces so memory stays bounded whatever the size.
 
+use crate::access::Who;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
 use crate::error::{kind, Error, Result};
@@ -183,7 +184,7 @@ impl Fs {
             ..Default::default()
         };
         self.ws
-            .setattr(ino, &changes)
+            .setattr(Who::Trusted, ino, &changes)
             .map(drop)
             .map_err(|e| e.at(path))
     }
@@ -196,7 +197,7 @@ impl Fs {
             ..Default::default()
         };
         self.ws
-            .setattr(ino, &changes)
+            .setattr(Who::Trusted, ino, &changes)
             .map(drop)
             .map_err(|e| e.at(path))
     }
@@ -210,7 +211,7 @@ impl Fs {
             ..Default::default()
         };
         self.ws
-            .setattr(ino, &changes)
+            .setattr(Who::Trusted, ino, &changes)
             .map(drop)
             .map_err(|e| e.at(path))
     }
@@ -345,6 +346,7 @@ impl Fs {
             None => self
                 .ws
                 .create(
+                    Who::Trusted,
                     resolved.parent,
                     &resolved.name,
                     self.owner(0o644),
@@ -386,6 +388,7 @@ impl Fs {
         let (_, fh) = self
             .ws
             .create(
+                Who::Trusted,
                 resolved.parent,
                 &temp_name,
                 self.owner(perm),
@@ -411,7 +414,7 @@ impl Fs {
             ..Default::default()
         };
         self.ws
-            .setattr(ino, &changes)
+            .setattr(Who::Trusted, ino, &changes)
             .map(drop)
             .map_err(|e| e.at(path))
     }
@@ -424,7 +427,7 @@ impl Fs {
             let (parent, name) = self.for_create(path)?;
             return self
                 .ws
-                .mkdir(parent, &name, self.owner(options.mode))
+                .mkdir(Who::Trusted, parent, &name, self.owner(options.mode))
                 .map(drop)
                 .map_err(|e| e.at(path));
         }
@@ -495,7 +498,8 @@ impl Fs {
             }
             self.ws.remove_tree(resolved.parent, &resolved.name)
         } else {
-            self.ws.unlink(resolved.parent, &resolved.name)
+            self.ws
+                .unlink(Who::Trusted, resolved.parent, &resolved.name)
         };
         match result {
             Err(Error::NotFound(_)) if options.force => Ok(()),
@@ -510,7 +514,7 @@ impl Fs {
             return Err(Error::invalid("cannot remove the root or a '.'/'..' path").at(path));
         }
         self.ws
-            .rmdir(resolved.parent, &resolved.name)
+            .rmdir(Who::Trusted, resolved.parent, &resolved.name)
             .map_err(|e| e.at(path))
     }
 
@@ -521,7 +525,7 @@ impl Fs {
             return Err(kind::IsDir().at(path));
         }
         self.ws
-            .unlink(resolved.parent, &resolved.name)
+            .unlink(Who::Trusted, resolved.parent, &resolved.name)
             .map_err(|e| e.at(path))
     }
 
@@ -544,7 +548,14 @@ impl Fs {
             return Err(Error::invalid("cannot rename onto the root or a '.'/'..' path").at(to));
         }
         self.ws
-            .rename(src.parent, &src.name, dst.parent, &dst.name, flags)
+            .rename(
+                Who::Trusted,
+                src.parent,
+                &src.name,
+                dst.parent,
+                &dst.name,
+                flags,
+            )
             .map_err(|e| match e {
                 Error::NotFound(_) | Error::Invalid { .. } => e.at(from),
                 other => other.at(to),
@@ -583,7 +594,13 @@ impl Fs {
     pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
         let (parent, name) = self.for_create(path)?;
         self.ws
-            .symlink(parent, &name, target.as_bytes(), self.owner(0o777))
+            .symlink(
+                Who::Trusted,
+                parent,
+                &name,
+                target.as_bytes(),
+                self.owner(0o777),
+            )
             .map(drop)
             .map_err(|e| e.at(path))
     }
@@ -600,7 +617,7 @@ impl Fs {
         let ino = self.existing(existing, false)?;
         let (parent, name) = self.for_create(new)?;
         self.ws
-            .link(ino, parent, &name)
+            .link(Who::Trusted, ino, parent, &name)
             .map(drop)
             .map_err(|e| e.at(new))
     }
@@ -892,6 +909,7 @@ impl Replacement {
         let released = self.ws.release(fh);
         let renamed = flushed.and(released).and_then(|()| {
             self.ws.rename(
+                Who::Trusted,
                 self.parent,
                 &self.temp_name,
                 self.parent,
@@ -907,7 +925,7 @@ impl Replacement {
     }
 
     fn remove_temp(&self) {
-        if let Err(err) = self.ws.unlink(self.parent, &self.temp_name) {
+        if let Err(err) = self.ws.unlink(Who::Trusted, self.parent, &self.temp_name) {
             tracing::warn!(
                 "{}: cannot remove an abandoned replacement: {err}",
                 self.path

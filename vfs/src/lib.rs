@@ -18,7 +18,6 @@
 mod access;
 mod base;
 mod block;
-mod caller;
 mod changes;
 mod check;
 mod chunker;
@@ -42,10 +41,10 @@ mod types;
 mod workspace;
 
 pub use access::{
-    permits, Access, CallerInfo, Capability, Credentials, KnownCaller, S_ISGID, S_ISUID, S_ISVTX,
+    permits, Access, CallerInfo, Capability, Credentials, KnownCaller, Who, S_ISGID, S_ISUID,
+    S_ISVTX,
 };
 pub use block::{BlockHash, Codec, HASH_LEN};
-pub use caller::Caller;
 pub use changes::{
     cursor_at_or_after, file_blocks, order_key, BlockRef, ChangeEntry, ChangePage, Cursor,
     EntryState, StoredBlock,

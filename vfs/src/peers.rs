@@ -35,6 +35,7 @@
 //! remover had seen, and the removal of an unseen file is refused (the file comes back to
 //! the remover).
 
+use crate::access::Who;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::block::BlockHash;
@@ -980,6 +981,7 @@ impl Workspace {
         for (parent, path, kept_as) in &plan.moves {
             // A local rename: it replicates like any change of ours.
             self.rename(
+                Who::Trusted,
                 *parent,
                 last_component(path),
                 *parent,

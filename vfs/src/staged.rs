@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::params;
 
-use crate::access::Credentials;
+use crate::access::{self, Who};
 use crate::base::lock;
 use crate::error::{kind, Error, Result, StorageContext};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
@@ -87,13 +87,18 @@ impl Workspace {
     /// Opens a file for the kernel, `flags` as the caller opened it. With `passthrough`,
     /// a file opened for writing is staged and the returned staging file should be
     /// handed to the kernel. The handle may read whatever the caller asked: the kernel
-    /// fills its page cache through any handle.
+    /// fills its page cache through any handle. A caller needs the access the flags ask
+    /// for (execute, for `execve`).
     pub fn open_for_kernel(
         &self,
+        who: Who<'_>,
         ino: InodeNo,
         flags: OpenFlags,
         passthrough: bool,
     ) -> Result<Opened> {
+        if let Some(cred) = who.cred() {
+            access::check(&self.stored_attr(ino)?, cred, flags.access())?;
+        }
         let (flags, mappable) = for_kernel(flags, passthrough);
         self.open_with(ino, flags, passthrough, mappable)
     }
@@ -152,23 +157,11 @@ impl Workspace {
         Err(Error::Busy(Default::default()))
     }
 
-    /// Creates a regular file and opens it for the kernel, staged when `passthrough`.
+    /// Creates a regular file and opens it for the kernel, staged when `passthrough`. A
+    /// caller is checked as for [`Workspace::create`].
     pub fn create_for_kernel(
         &self,
-        parent: InodeNo,
-        name: &[u8],
-        owner: NewNode,
-        flags: OpenFlags,
-        passthrough: bool,
-    ) -> Result<(Attr, Opened)> {
-        self.create_for_kernel_as(None, parent, name, owner, flags, passthrough)
-    }
-
-    /// [`Workspace::create_for_kernel`], by `cred` if given (see
-    /// [`Workspace::mknod_as`]).
-    pub(crate) fn create_for_kernel_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
+        who: Who<'_>,
         parent: InodeNo,
         name: &[u8],
         owner: NewNode,
@@ -178,7 +171,7 @@ impl Workspace {
         let (flags, mappable) = for_kernel(flags, passthrough);
         self.write_gate().pass()?;
         let Some(staging) = self.staging().filter(|_| passthrough) else {
-            let (attr, handle) = self.create_as(cred, parent, name, owner, flags)?;
+            let (attr, handle) = self.create(who, parent, name, owner, flags)?;
             return Ok((
                 attr,
                 Opened {
@@ -191,7 +184,7 @@ impl Workspace {
             // No file ready (a burst of creates outran the pool, which grows for the
             // next one): serve this one through the write buffer rather than create a
             // file on the request path, which can cost a millisecond on a busy disk.
-            let (attr, handle) = self.create_as(cred, parent, name, owner, flags)?;
+            let (attr, handle) = self.create(who, parent, name, owner, flags)?;
             return Ok((
                 attr,
                 Opened {
@@ -202,8 +195,8 @@ impl Workspace {
         };
         let now = self.now();
         let created = self.db().write(|txn| {
-            let dir = Workspace::check_new_entry_as(txn, cred, parent, name)?;
-            let owner = Workspace::owner_in(&dir, cred, owner, FileKind::File);
+            let dir = Workspace::check_new_entry_as(txn, who.cred(), parent, name)?;
+            let owner = Workspace::owner_in(&dir, who.cred(), owner, FileKind::File);
             let ino = store::insert_node(txn, FileKind::File, owner, 0, None, now)?;
             store::insert_dirent(txn, parent, name, ino)?;
             store::touch_dir(txn, parent, 0, now)?;

@@ -121,11 +121,20 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
     /// Set ctime explicitly (FUSE passes it through); otherwise any change sets it to now.
     pub ctime: Option<TimestampNs>,
+    /// The request names an open file (`ftruncate`, or the kernel writing back the times
+    /// it keeps), whose opening was checked already: Linux's `ATTR_FILE`. Changes nothing
+    /// itself; it only relaxes a caller's checks.
+    pub through_handle: bool,
 }
 
 impl SetAttr {
+    /// Whether the request changes nothing.
     pub fn is_empty(&self) -> bool {
-        *self == SetAttr::default()
+        let nothing = SetAttr {
+            through_handle: self.through_handle,
+            ..SetAttr::default()
+        };
+        *self == nothing
     }
 }
 

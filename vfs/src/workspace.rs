@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use rusqlite::params;
 
-use crate::access::{self, Credentials};
+use crate::access::{self, Access, Credentials, Who};
 use crate::base::lock;
 use crate::chunker::{ChunkSizes, Chunker};
 use crate::clock::{Clock, SystemClock};
@@ -148,6 +148,9 @@ pub struct OpenFlags {
     pub truncate: bool,
     /// Every write goes to the end of the file (`O_APPEND`).
     pub append: bool,
+    /// Opened by `execve` to run it (the kernel's `FMODE_EXEC`, which FUSE passes among
+    /// the open flags): a caller needs execute permission instead of read.
+    pub exec: bool,
 }
 
 impl OpenFlags {
@@ -156,28 +159,46 @@ impl OpenFlags {
         write: false,
         truncate: false,
         append: false,
+        exec: false,
     };
     pub const WRITE: OpenFlags = OpenFlags {
         read: false,
         write: true,
         truncate: false,
         append: false,
+        exec: false,
     };
     pub const READ_WRITE: OpenFlags = OpenFlags {
         read: true,
         write: true,
         truncate: false,
         append: false,
+        exec: false,
     };
 
-    /// Decodes `open(2)` flags.
+    /// Decodes `open(2)` flags, as the kernel passes them to FUSE.
     pub fn from_libc(flags: i32) -> OpenFlags {
+        /// The kernel's `__FMODE_EXEC`, set for an open by `execve`; no `O_` flag uses it.
+        const FMODE_EXEC: i32 = 0x20;
         let access = flags & libc::O_ACCMODE;
         OpenFlags {
             read: access == libc::O_RDONLY || access == libc::O_RDWR,
             write: access == libc::O_WRONLY || access == libc::O_RDWR,
             truncate: flags & libc::O_TRUNC != 0,
             append: flags & libc::O_APPEND != 0,
+            exec: flags & FMODE_EXEC != 0,
+        }
+    }
+
+    /// What a caller needs to open a file with these flags.
+    pub(crate) fn access(&self) -> Access {
+        if self.exec {
+            return Access::EXEC;
+        }
+        Access {
+            read: self.read,
+            write: self.write,
+            exec: false,
         }
     }
 }
@@ -584,18 +605,10 @@ impl Workspace {
     // ---------------------------------------------------------------- reading the tree
 
     /// Attributes of the entry `name` in directory `parent`.
-    pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<Attr> {
-        self.lookup_as(None, parent, name)
-    }
-
-    /// [`Workspace::lookup`], by `cred` if given: it needs search permission on
-    /// `parent`.
-    pub(crate) fn lookup_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        parent: InodeNo,
-        name: &[u8],
-    ) -> Result<Attr> {
+    ///
+    /// A caller needs search permission on `parent`.
+    pub fn lookup(&self, who: Who<'_>, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        let cred = who.cred();
         let found = self.inner.db.read(|conn| {
             // The directory and the entry in one statement: a lookup is the commonest
             // request, and the directory's attributes are needed for the permission
@@ -615,6 +628,35 @@ impl Workspace {
             }
         })?;
         Ok(self.overlay(found))
+    }
+
+    /// `access(2)`: whether `cred` may access `ino` as `want` says (nothing: whether it
+    /// exists). EROFS for writing a read-only workspace.
+    pub fn access(&self, cred: &Credentials<'_>, ino: InodeNo, want: Access) -> Result<()> {
+        let attr = self.stored_attr(ino)?;
+        if want.write && self.is_read_only() {
+            return Err(kind::ReadOnly());
+        }
+        access::check(&attr, cred, want)
+    }
+
+    /// Opening directory `ino` to list it: it must be one (ENOTDIR), readable by a
+    /// caller.
+    pub fn opendir(&self, who: Who<'_>, ino: InodeNo) -> Result<Attr> {
+        let attr = self.stored_attr(ino)?;
+        if !attr.is_dir() {
+            return Err(kind::NotDir());
+        }
+        if let Some(cred) = who.cred() {
+            access::check(&attr, cred, Access::READ)?;
+        }
+        Ok(attr)
+    }
+
+    /// The stored attributes, which are all a permission check needs (the overlay of
+    /// buffered or staged writes changes only sizes and times).
+    pub(crate) fn stored_attr(&self, ino: InodeNo) -> Result<Attr> {
+        self.inner.db.read(|conn| store::attr(conn, ino))
     }
 
     /// Attributes of node `ino`, including writes still buffered.
@@ -731,28 +773,19 @@ impl Workspace {
 
     /// Creates a node of any kind but directory and symlink (regular file, fifo, socket,
     /// device).
+    ///
+    /// A caller (`Who::Caller`) owns the node (only `owner.perm` is used) and needs write
+    /// and search permission on `parent`.
     pub fn mknod(
         &self,
+        who: Who<'_>,
         parent: InodeNo,
         name: &[u8],
         kind: FileKind,
         owner: NewNode,
         rdev: u32,
     ) -> Result<Attr> {
-        self.mknod_as(None, parent, name, kind, owner, rdev)
-    }
-
-    /// [`Workspace::mknod`], by `cred` if given: it owns the node (only `owner.perm` is
-    /// used) and needs write and search permission on `parent`.
-    pub(crate) fn mknod_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        parent: InodeNo,
-        name: &[u8],
-        kind: FileKind,
-        owner: NewNode,
-        rdev: u32,
-    ) -> Result<Attr> {
+        let cred = who.cred();
         if matches!(kind, FileKind::Directory | FileKind::Symlink) {
             return Err(Error::invalid("mknod cannot make directories or symlinks"));
         }
@@ -769,27 +802,18 @@ impl Workspace {
     }
 
     /// Creates a regular file and opens it.
+    ///
+    /// A caller is checked as for [`Workspace::mknod`]; the creator may write the new
+    /// file whatever its mode, as `open(O_CREAT)` may.
     pub fn create(
         &self,
+        who: Who<'_>,
         parent: InodeNo,
         name: &[u8],
         owner: NewNode,
         flags: OpenFlags,
     ) -> Result<(Attr, FileHandle)> {
-        self.create_as(None, parent, name, owner, flags)
-    }
-
-    /// [`Workspace::create`], by `cred` if given (see [`Workspace::mknod_as`]). The
-    /// creator may write the new file whatever its mode, as `open(O_CREAT)` may.
-    pub(crate) fn create_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        parent: InodeNo,
-        name: &[u8],
-        owner: NewNode,
-        flags: OpenFlags,
-    ) -> Result<(Attr, FileHandle)> {
-        let attr = self.mknod_as(cred, parent, name, FileKind::File, owner, 0)?;
+        let attr = self.mknod(who, parent, name, FileKind::File, owner, 0)?;
         let handle = self.open_file(
             attr.ino,
             OpenFlags {
@@ -801,18 +825,16 @@ impl Workspace {
     }
 
     /// Creates a directory.
-    pub fn mkdir(&self, parent: InodeNo, name: &[u8], owner: NewNode) -> Result<Attr> {
-        self.mkdir_as(None, parent, name, owner)
-    }
-
-    /// [`Workspace::mkdir`], by `cred` if given (see [`Workspace::mknod_as`]).
-    pub(crate) fn mkdir_as(
+    ///
+    /// A caller is checked as for [`Workspace::mknod`].
+    pub fn mkdir(
         &self,
-        cred: Option<&Credentials<'_>>,
+        who: Who<'_>,
         parent: InodeNo,
         name: &[u8],
         owner: NewNode,
     ) -> Result<Attr> {
+        let cred = who.cred();
         self.write_gate().pass()?;
         let now = self.now();
         self.inner.db.write(|txn| {
@@ -826,25 +848,17 @@ impl Workspace {
     }
 
     /// Creates a symlink to `target`.
+    ///
+    /// A caller is checked as for [`Workspace::mknod`].
     pub fn symlink(
         &self,
+        who: Who<'_>,
         parent: InodeNo,
         name: &[u8],
         target: &[u8],
         owner: NewNode,
     ) -> Result<Attr> {
-        self.symlink_as(None, parent, name, target, owner)
-    }
-
-    /// [`Workspace::symlink`], by `cred` if given (see [`Workspace::mknod_as`]).
-    pub(crate) fn symlink_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        parent: InodeNo,
-        name: &[u8],
-        target: &[u8],
-        owner: NewNode,
-    ) -> Result<Attr> {
+        let cred = who.cred();
         self.write_gate().pass()?;
         if target.is_empty() {
             return Err(kind::NotFound());
@@ -870,21 +884,12 @@ impl Workspace {
     }
 
     /// Adds a hard link to `ino` as `name` in `parent`.
-    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
-        self.link_as(None, false, ino, parent, name)
-    }
-
-    /// [`Workspace::link`], by `cred` if given: with `protected_hardlinks`, only a file
-    /// the caller owns or may read and write (see `access::may_link`); and write and
-    /// search permission on `parent`.
-    pub(crate) fn link_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        protected_hardlinks: bool,
-        ino: InodeNo,
-        parent: InodeNo,
-        name: &[u8],
-    ) -> Result<Attr> {
+    ///
+    /// A caller may link only a file it owns or may read and write where links are
+    /// protected (see `access::may_link`), and needs write and search permission on
+    /// `parent`.
+    pub fn link(&self, who: Who<'_>, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Attr> {
+        let cred = who.cred();
         self.write_gate().pass()?;
         let now = self.now();
         let attr = self.inner.db.write(|txn| {
@@ -892,7 +897,7 @@ impl Workspace {
             // A caller's link is checked in the kernel's order: the source, then the
             // new entry, then what the filesystem refuses.
             if let Some(cred) = cred {
-                access::may_link(&attr, cred, protected_hardlinks)?;
+                access::may_link(&attr, cred)?;
                 Self::check_new_entry_as(txn, Some(cred), parent, name)?;
             }
             if attr.is_dir() {
@@ -916,18 +921,11 @@ impl Workspace {
     }
 
     /// Removes a non-directory entry. The node lives on while it has links or open handles.
-    pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
-        self.unlink_as(None, parent, name)
-    }
-
-    /// [`Workspace::unlink`], by `cred` if given: write and search permission on
-    /// `parent`, and the sticky bit's rule.
-    pub(crate) fn unlink_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        parent: InodeNo,
-        name: &[u8],
-    ) -> Result<()> {
+    ///
+    /// A caller needs write and search permission on `parent`, and the sticky bit's
+    /// rule.
+    pub fn unlink(&self, who: Who<'_>, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let cred = who.cred();
         let now = self.now();
         self.inner.db.write(|txn| {
             txn.skip_quota();
@@ -1014,17 +1012,10 @@ impl Workspace {
     }
 
     /// Removes an empty directory.
-    pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
-        self.rmdir_as(None, parent, name)
-    }
-
-    /// [`Workspace::rmdir`], by `cred` if given (as [`Workspace::unlink_as`]).
-    pub(crate) fn rmdir_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        parent: InodeNo,
-        name: &[u8],
-    ) -> Result<()> {
+    ///
+    /// A caller is checked as for [`Workspace::unlink`].
+    pub fn rmdir(&self, who: Who<'_>, parent: InodeNo, name: &[u8]) -> Result<()> {
+        let cred = who.cred();
         if name == b"." {
             return Err(Error::invalid("cannot remove '.'"));
         }
@@ -1057,23 +1048,13 @@ impl Workspace {
 
     /// Renames an entry with rename(2) semantics, plus `RENAME_NOREPLACE` and
     /// `RENAME_EXCHANGE`. Moving a directory moves its whole subtree in one revision.
+    ///
+    /// For a caller, removing the source's entry and adding (or replacing) the target's
+    /// follow the rules of unlink and create, and a directory moving to another parent
+    /// must be writable (its `..` changes).
     pub fn rename(
         &self,
-        parent: InodeNo,
-        name: &[u8],
-        new_parent: InodeNo,
-        new_name: &[u8],
-        flags: RenameFlags,
-    ) -> Result<()> {
-        self.rename_as(None, parent, name, new_parent, new_name, flags)
-    }
-
-    /// [`Workspace::rename`], by `cred` if given: removing the source's entry and
-    /// adding (or replacing) the target's follow the rules of unlink and create, and a
-    /// directory moving to another parent must be writable (its `..` changes).
-    pub(crate) fn rename_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
+        who: Who<'_>,
         parent: InodeNo,
         name: &[u8],
         new_parent: InodeNo,
@@ -1102,7 +1083,7 @@ impl Workspace {
             }
             if flags.exchange {
                 let dst = dst.ok_or_else(kind::NotFound)?;
-                let checked = cred.map(|cred| (cred, &dirs));
+                let checked = who.cred().map(|cred| (cred, &dirs));
                 return self.exchange(
                     txn,
                     (parent, name, src),
@@ -1119,7 +1100,7 @@ impl Workspace {
                 return Err(Error::invalid("cannot move a directory into itself"));
             }
             let dst_attr = dst.map(|dst| store::attr(txn, dst)).transpose()?;
-            if let Some(cred) = cred {
+            if let Some(cred) = who.cred() {
                 access::may_delete(&dirs[0], &src_attr, cred)?;
                 match &dst_attr {
                     Some(dst_attr) => {
@@ -1223,7 +1204,20 @@ impl Workspace {
     }
 
     /// Changes attributes. A size change truncates or extends (with a hole) the file.
-    pub fn setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+    ///
+    /// A caller's change is checked by `access::setattr`, which may also drop set-id
+    /// bits as Linux does.
+    pub fn setattr(&self, who: Who<'_>, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+        let Some(cred) = who.cred() else {
+            return self.apply_setattr(ino, changes);
+        };
+        let attr = self.stored_attr(ino)?;
+        let changes = access::setattr(&attr, changes, cred)?;
+        self.apply_setattr(ino, &changes)
+    }
+
+    /// [`Workspace::setattr`], checked already.
+    fn apply_setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
         if let Some(staged) = self.staged_entry(ino) {
             // Pinned, so eviction cannot recycle the file while we change it; if it was
             // evicted already, the stored node is the file again.
@@ -1778,17 +1772,10 @@ impl Workspace {
 
     // ------------------------------------------------------------ extended attributes
 
-    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
-        self.getxattr_as(None, ino, name)
-    }
-
-    /// [`Workspace::getxattr`], by `cred` if given (see `access::may_xattr`).
-    pub(crate) fn getxattr_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        ino: InodeNo,
-        name: &[u8],
-    ) -> Result<Vec<u8>> {
+    /// The value of extended attribute `name` of `ino`. A caller is checked by
+    /// `access::may_xattr`.
+    pub fn getxattr(&self, who: Who<'_>, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        let cred = who.cred();
         // The kernel asks for `security.capability` before the first write to every
         // file; that needs no permission and, while no attribute exists, no query.
         let cred = cred.filter(|_| access::xattr_needs_permission(name));
@@ -1816,6 +1803,7 @@ impl Workspace {
         })
     }
 
+    /// The names of `ino`'s extended attributes, in order.
     pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
         self.inner.db.read(|conn| {
             store::attr(conn, ino)?;
@@ -1829,19 +1817,17 @@ impl Workspace {
         })
     }
 
-    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: XattrSet) -> Result<()> {
-        self.setxattr_as(None, ino, name, value, mode)
-    }
-
-    /// [`Workspace::setxattr`], by `cred` if given (see `access::may_xattr`).
-    pub(crate) fn setxattr_as(
+    /// Sets extended attribute `name` of `ino`, as `mode` allows. A caller is checked by
+    /// `access::may_xattr`.
+    pub fn setxattr(
         &self,
-        cred: Option<&Credentials<'_>>,
+        who: Who<'_>,
         ino: InodeNo,
         name: &[u8],
         value: &[u8],
         mode: XattrSet,
     ) -> Result<()> {
+        let cred = who.cred();
         self.write_gate().pass()?;
         if name.is_empty() {
             return Err(Error::invalid("empty attribute name"));
@@ -1879,17 +1865,10 @@ impl Workspace {
         })
     }
 
-    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
-        self.removexattr_as(None, ino, name)
-    }
-
-    /// [`Workspace::removexattr`], by `cred` if given (see `access::may_xattr`).
-    pub(crate) fn removexattr_as(
-        &self,
-        cred: Option<&Credentials<'_>>,
-        ino: InodeNo,
-        name: &[u8],
-    ) -> Result<()> {
+    /// Removes extended attribute `name` of `ino`. A caller is checked by
+    /// `access::may_xattr`.
+    pub fn removexattr(&self, who: Who<'_>, ino: InodeNo, name: &[u8]) -> Result<()> {
+        let cred = who.cred();
         let now = self.now();
         self.inner.db.write(|txn| {
             txn.skip_quota();
@@ -2144,6 +2123,7 @@ mod tests {
         let ws = Workspace::open_in_memory(Options::default()).unwrap();
         let (attr, fh) = ws
             .create(
+                Who::Trusted,
                 InodeNo::ROOT,
                 b"f",
                 NewNode::new(0o644),
@@ -2156,7 +2136,7 @@ mod tests {
             size: Some(100),
             ..Default::default()
         };
-        ws.setattr(attr.ino, &shrink).unwrap();
+        ws.setattr(Who::Trusted, attr.ino, &shrink).unwrap();
         ws.release(fh).unwrap();
         // Nothing is buffered any more; a leak here would make every later write commit
         // at once once the leaks pass `dirty_total_bytes_max`.
@@ -2186,7 +2166,7 @@ mod tests {
             size: Some(50_001),
             ..Default::default()
         };
-        let err = ws.setattr(ino, &shrink).unwrap_err();
+        let err = ws.setattr(Who::Trusted, ino, &shrink).unwrap_err();
         assert_eq!(err.errno(), libc::ENOSPC);
         // The handle still sees the file as it was, buffered write included.
         assert_eq!(ws.getattr(ino).unwrap().size, 100_000);

@@ -4,6 +4,7 @@
 //! batch, and whatever opens the database after it, must see every acknowledged
 //! mutation counted exactly once, and nothing of a failed one.
 
+use computer_vfs::Who;
 use std::time::Duration;
 
 use computer_vfs::{FileKind, InodeNo, NewNode, Options, Workspace};
@@ -35,11 +36,12 @@ fn reads_inside_a_batch_see_every_mutation_before_them() {
 
     // A burst with no read between its mutations, then reads of the counters.
     let d = ws
-        .mkdir(InodeNo::ROOT, b"d", NewNode::new(0o755))
+        .mkdir(Who::Trusted, InodeNo::ROOT, b"d", NewNode::new(0o755))
         .unwrap()
         .ino;
     for i in 0..50 {
         ws.mknod(
+            Who::Trusted,
             d,
             format!("f{i}").as_bytes(),
             FileKind::File,
@@ -53,15 +55,18 @@ fn reads_inside_a_batch_see_every_mutation_before_them() {
     assert_clean(&ws);
 
     // Failed mutations take no revision and count nothing.
-    assert!(ws.mkdir(InodeNo::ROOT, b"d", NewNode::new(0o755)).is_err());
-    assert!(ws.unlink(d, b"missing").is_err());
+    assert!(ws
+        .mkdir(Who::Trusted, InodeNo::ROOT, b"d", NewNode::new(0o755))
+        .is_err());
+    assert!(ws.unlink(Who::Trusted, d, b"missing").is_err());
     assert_eq!(ws.revision().unwrap().0, start.0 + 51);
 
     for i in 0..20 {
-        ws.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        ws.unlink(Who::Trusted, d, format!("f{i}").as_bytes())
+            .unwrap();
     }
     // A failure right after a burst of unwritten counters.
-    assert!(ws.unlink(d, b"f0").is_err());
+    assert!(ws.unlink(Who::Trusted, d, b"f0").is_err());
     assert_eq!(ws.revision().unwrap().0, start.0 + 71);
     assert_eq!(ws.stats().unwrap().files, 30);
     assert_clean(&ws);
@@ -82,10 +87,19 @@ fn reads_inside_a_batch_see_every_mutation_before_them() {
     assert_eq!(ws.stats().unwrap().files, 31);
     assert_clean(&ws);
     // New numbers continue from the written counters: nothing is handed out twice.
-    let e = ws.mkdir(InodeNo::ROOT, b"e", NewNode::new(0o755)).unwrap();
-    assert!(e.ino.0 > d.0);
-    ws.mknod(e.ino, b"g", FileKind::File, NewNode::new(0o644), 0)
+    let e = ws
+        .mkdir(Who::Trusted, InodeNo::ROOT, b"e", NewNode::new(0o755))
         .unwrap();
+    assert!(e.ino.0 > d.0);
+    ws.mknod(
+        Who::Trusted,
+        e.ino,
+        b"g",
+        FileKind::File,
+        NewNode::new(0o644),
+        0,
+    )
+    .unwrap();
     assert_eq!(ws.revision().unwrap().0, revision.0 + 2);
     assert_clean(&ws);
 }

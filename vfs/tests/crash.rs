@@ -24,6 +24,7 @@
 //! the kill point differ between runs, but the sequence of mutations is the same.
 //! `VFS_CRASH_ROUNDS=<n>` runs more rounds.
 
+use computer_vfs::Who;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -322,7 +323,10 @@ fn kernel_write(ws: &Workspace, path: &str, at: At, data: &[u8]) -> computer_vfs
         ..OpenFlags::WRITE
     };
     let (ino, opened) = match fs.lstat(path) {
-        Ok(attr) => (attr.ino, ws.open_for_kernel(attr.ino, flags, true)?),
+        Ok(attr) => (
+            attr.ino,
+            ws.open_for_kernel(Who::Trusted, attr.ino, flags, true)?,
+        ),
         Err(Error::NotFound(_)) if matches!(at, At::Whole) => {
             let (dir, name) = path.rsplit_once('/').expect("an absolute path");
             let dir = fs.stat(if dir.is_empty() { "/" } else { dir })?;
@@ -332,7 +336,7 @@ fn kernel_write(ws: &Workspace, path: &str, at: At, data: &[u8]) -> computer_vfs
                 gid: 0,
             };
             let (attr, opened) =
-                ws.create_for_kernel(dir.ino, name.as_bytes(), owner, flags, true)?;
+                ws.create_for_kernel(Who::Trusted, dir.ino, name.as_bytes(), owner, flags, true)?;
             (attr.ino, opened)
         }
         Err(err) => return Err(err),

@@ -7,6 +7,7 @@
 //!
 //! The database lives on a small tmpfs, which needs root (`common::has_root`).
 
+use computer_vfs::Who;
 use std::ffi::CString;
 use std::path::Path;
 use std::time::Duration;
@@ -93,6 +94,7 @@ fn open(db: &Path, disk_reserve_bytes: u64) -> Workspace {
 fn fill(ws: &Workspace, data: &[u8]) -> (Vec<(String, InodeNo)>, computer_vfs::Error) {
     let (_, fh) = ws
         .create(
+            Who::Trusted,
             InodeNo::ROOT,
             b"big",
             NewNode::new(0o644),
@@ -103,7 +105,12 @@ fn fill(ws: &Workspace, data: &[u8]) -> (Vec<(String, InodeNo)>, computer_vfs::E
     let mut failed = None;
     for (i, piece) in data.chunks(1 << 20).enumerate() {
         let name = format!("small-{i}");
-        match ws.mkdir(InodeNo::ROOT, name.as_bytes(), NewNode::new(0o755)) {
+        match ws.mkdir(
+            Who::Trusted,
+            InodeNo::ROOT,
+            name.as_bytes(),
+            NewNode::new(0o755),
+        ) {
             Ok(attr) => made.push((name, attr.ino)),
             Err(err) => {
                 failed = Some(err);
@@ -151,18 +158,31 @@ fn the_reserve_turns_a_full_disk_into_enospc_and_loses_nothing() {
     // Every answered directory is there, the workspace goes on taking changes that free
     // space (and small ones, inside the reserve's estimate), and all of it is durable.
     for (name, ino) in &made {
-        assert_eq!(ws.lookup(InodeNo::ROOT, name.as_bytes()).unwrap().ino, *ino);
+        assert_eq!(
+            ws.lookup(Who::Trusted, InodeNo::ROOT, name.as_bytes())
+                .unwrap()
+                .ino,
+            *ino
+        );
     }
-    ws.unlink(InodeNo::ROOT, b"big").unwrap();
-    ws.rmdir(InodeNo::ROOT, made[0].0.as_bytes()).unwrap();
+    ws.unlink(Who::Trusted, InodeNo::ROOT, b"big").unwrap();
+    ws.rmdir(Who::Trusted, InodeNo::ROOT, made[0].0.as_bytes())
+        .unwrap();
     ws.sync().unwrap();
     assert_clean(&ws);
     drop(ws);
 
     let ws = open(&db, 1 << 20);
-    assert!(ws.lookup(InodeNo::ROOT, made[0].0.as_bytes()).is_err());
+    assert!(ws
+        .lookup(Who::Trusted, InodeNo::ROOT, made[0].0.as_bytes())
+        .is_err());
     for (name, ino) in &made[1..] {
-        assert_eq!(ws.lookup(InodeNo::ROOT, name.as_bytes()).unwrap().ino, *ino);
+        assert_eq!(
+            ws.lookup(Who::Trusted, InodeNo::ROOT, name.as_bytes())
+                .unwrap()
+                .ino,
+            *ino
+        );
     }
     assert_clean(&ws);
 }
@@ -180,7 +200,7 @@ fn without_the_reserve_a_lost_batch_halts_the_workspace() {
     // mutations (a directory and a MiB each): the workspace must not go on from there.
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
     let refused = ws
-        .mkdir(InodeNo::ROOT, b"after", NewNode::new(0o755))
+        .mkdir(Who::Trusted, InodeNo::ROOT, b"after", NewNode::new(0o755))
         .unwrap_err();
     assert_eq!(refused.errno(), libc::EIO, "{refused}");
     assert!(
@@ -199,11 +219,14 @@ fn without_the_reserve_a_lost_batch_halts_the_workspace() {
     assert_eq!(ws.halted(), None);
     let kept = made
         .iter()
-        .filter(|(name, _)| ws.lookup(InodeNo::ROOT, name.as_bytes()).is_ok())
+        .filter(|(name, _)| {
+            ws.lookup(Who::Trusted, InodeNo::ROOT, name.as_bytes())
+                .is_ok()
+        })
         .count();
     assert!(kept < made.len(), "nothing was lost, so nothing was tested");
-    ws.unlink(InodeNo::ROOT, b"big").ok();
-    ws.mkdir(InodeNo::ROOT, b"after", NewNode::new(0o755))
+    ws.unlink(Who::Trusted, InodeNo::ROOT, b"big").ok();
+    ws.mkdir(Who::Trusted, InodeNo::ROOT, b"after", NewNode::new(0o755))
         .unwrap();
 }
 

@@ -22,6 +22,7 @@
 //!
 //! `PROPTEST_CASES` raises the number of cases (default: moderate, for CI).
 
+use computer_vfs::Who;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -1124,6 +1125,7 @@ fn errno(err: Error) -> i32 {
 
 fn open_flags(flags: Flags) -> OpenFlags {
     OpenFlags {
+        exec: false,
         read: true,
         write: flags.write,
         truncate: flags.truncate,
@@ -1197,7 +1199,14 @@ impl Real {
                     no_replace: *how == RenameHow::NoReplace,
                     exchange: *how == RenameHow::Exchange,
                 };
-                unit(ws.rename(p, fname.as_bytes(), np, tname.as_bytes(), flags))
+                unit(ws.rename(
+                    Who::Trusted,
+                    p,
+                    fname.as_bytes(),
+                    np,
+                    tname.as_bytes(),
+                    flags,
+                ))
             }
             Cmd::Copy(from, to, recursive) => unit(fs.copy(from, to, *recursive)),
             Cmd::Symlink(target, path) => unit(fs.symlink(target, path)),
@@ -1230,6 +1239,7 @@ impl Real {
                 let dir = fs.stat(&parent).map_err(errno)?.ino;
                 let (_, fh) = ws
                     .create(
+                        Who::Trusted,
                         dir,
                         name.as_bytes(),
                         NewNode::new(0o600),
@@ -1259,7 +1269,9 @@ impl Real {
                     size: Some(*len),
                     ..Default::default()
                 };
-                ws.setattr(ino, &changes).map(Real::attr_out).map_err(errno)
+                ws.setattr(Who::Trusted, ino, &changes)
+                    .map(Real::attr_out)
+                    .map_err(errno)
             }
             Cmd::HStat(h) => {
                 let ino = ws.handle_inode(self.handles[*h]).map_err(errno)?;
@@ -1304,17 +1316,17 @@ impl Real {
                 .map_err(errno),
             Cmd::SetXattr(path, name, value, mode) => {
                 let ino = fs.stat(path).map_err(errno)?.ino;
-                unit(ws.setxattr(ino, name.as_bytes(), value, *mode))
+                unit(ws.setxattr(Who::Trusted, ino, name.as_bytes(), value, *mode))
             }
             Cmd::GetXattr(path, name) => {
                 let ino = fs.stat(path).map_err(errno)?.ino;
-                ws.getxattr(ino, name.as_bytes())
+                ws.getxattr(Who::Trusted, ino, name.as_bytes())
                     .map(Out::Data)
                     .map_err(errno)
             }
             Cmd::RemoveXattr(path, name) => {
                 let ino = fs.stat(path).map_err(errno)?.ino;
-                unit(ws.removexattr(ino, name.as_bytes()))
+                unit(ws.removexattr(Who::Trusted, ino, name.as_bytes()))
             }
             Cmd::Compact => unit(ws.compact(&mut |_| {}).map(drop)),
             Cmd::SetQuota(max) => unit(ws.set_quota(Quota {
@@ -1365,7 +1377,7 @@ impl Real {
             };
             let mut xattrs = BTreeMap::new();
             for name in ws.listxattr(attr.ino).unwrap() {
-                let value = ws.getxattr(attr.ino, &name).unwrap();
+                let value = ws.getxattr(Who::Trusted, attr.ino, &name).unwrap();
                 xattrs.insert(String::from_utf8(name).unwrap(), value);
             }
             inos.insert(path.clone(), attr.ino);

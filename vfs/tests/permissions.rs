@@ -1,4 +1,4 @@
-//! The permission rules of the inode API ([`Caller`]) against the kernel's own.
+//! The permission rules of the inode API (for a `Who::Caller`) against the kernel's own.
 //!
 //! One tree (directories and files with random modes, owners and groups) is built twice:
 //! in a scratch directory under the system temp dir (a local filesystem, whose checks
@@ -11,20 +11,21 @@
 //! supplementary groups are switched with `setgroups(2)`, `setfsgid(2)` and
 //! `setfsuid(2)` as raw system calls: they change only the calling thread, and moving
 //! the filesystem uid away from 0 drops the filesystem capabilities, as for a real
-//! unprivileged process. The workspace side walks paths with `Caller::lookup`, as the
+//! unprivileged process. The workspace side walks paths with `Workspace::lookup`, as the
 //! kernel sends LOOKUPs, and makes the checks the kernel makes before it asks a
 //! filesystem at all (EEXIST for a name that exists, EISDIR for writing a directory).
 //!
 //! Needs root (to build the tree and switch users); skipped otherwise.
 //! `PROPTEST_CASES` raises the number of cases.
 
+use computer_vfs::Who;
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use computer_vfs::{
-    Access, Attr, Caller, Credentials, FileKind, InodeNo, KnownCaller, NewNode, OpenFlags, Options,
+    Access, Attr, Credentials, FileKind, InodeNo, KnownCaller, NewNode, OpenFlags, Options,
     RenameFlags, SetAttr, SetTime, Workspace, XattrSet,
 };
 use proptest::prelude::*;
@@ -463,7 +464,7 @@ fn build_workspace(tree: &[Node]) -> Workspace {
         gid: Some(0),
         ..Default::default()
     };
-    ws.setattr(InodeNo::ROOT, &top).unwrap();
+    ws.setattr(Who::Trusted, InodeNo::ROOT, &top).unwrap();
     let mut inos: BTreeMap<&str, InodeNo> = BTreeMap::from([("", InodeNo::ROOT)]);
     for ((path, kind), node) in SHAPE.iter().zip(tree) {
         let (parent, name) = match path.rsplit_once('/') {
@@ -477,9 +478,18 @@ fn build_workspace(tree: &[Node]) -> Workspace {
         };
         let parent = inos[parent];
         let attr = match kind {
-            K::Dir => ws.mkdir(parent, name.as_bytes(), owner).unwrap(),
+            K::Dir => ws
+                .mkdir(Who::Trusted, parent, name.as_bytes(), owner)
+                .unwrap(),
             K::File => ws
-                .mknod(parent, name.as_bytes(), FileKind::File, owner, 0)
+                .mknod(
+                    Who::Trusted,
+                    parent,
+                    name.as_bytes(),
+                    FileKind::File,
+                    owner,
+                    0,
+                )
                 .unwrap(),
         };
         inos.insert(path, attr.ino);
@@ -516,7 +526,7 @@ struct Walked {
     node: Option<Attr>,
 }
 
-fn walk(caller: &Caller<'_>, ws: &Workspace, path: &str) -> Result<Walked, i32> {
+fn walk(who: Who<'_>, ws: &Workspace, path: &str) -> Result<Walked, i32> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let Some((last, dirs)) = parts.split_last() else {
         return Ok(Walked {
@@ -527,13 +537,15 @@ fn walk(caller: &Caller<'_>, ws: &Workspace, path: &str) -> Result<Walked, i32> 
     };
     let mut dir = InodeNo::ROOT;
     for part in dirs {
-        let attr = caller.lookup(dir, part.as_bytes()).map_err(|e| e.errno())?;
+        let attr = ws
+            .lookup(who, dir, part.as_bytes())
+            .map_err(|e| e.errno())?;
         if !attr.is_dir() {
             return Err(libc::ENOTDIR);
         }
         dir = attr.ino;
     }
-    match caller.lookup(dir, last.as_bytes()) {
+    match ws.lookup(who, dir, last.as_bytes()) {
         Ok(attr) => Ok(Walked {
             parent: dir,
             name: last.as_bytes().to_vec(),
@@ -548,15 +560,14 @@ fn walk(caller: &Caller<'_>, ws: &Workspace, path: &str) -> Result<Walked, i32> 
     }
 }
 
-fn existing(caller: &Caller<'_>, ws: &Workspace, path: &str) -> Result<Attr, i32> {
-    walk(caller, ws, path)?.node.ok_or(libc::ENOENT)
+fn existing(who: Who<'_>, ws: &Workspace, path: &str) -> Result<Attr, i32> {
+    walk(who, ws, path)?.node.ok_or(libc::ENOENT)
 }
 
 /// `setattr` of the node at `path`.
-fn setattr(caller: &Caller<'_>, ws: &Workspace, path: &str, changes: SetAttr) -> Result<(), i32> {
-    let attr = existing(caller, ws, path)?;
-    caller
-        .setattr(attr.ino, &changes, false)
+fn setattr(who: Who<'_>, ws: &Workspace, path: &str, changes: SetAttr) -> Result<(), i32> {
+    let attr = existing(who, ws, path)?;
+    ws.setattr(who, attr.ino, &changes)
         .map(drop)
         .map_err(|e| e.errno())
 }
@@ -566,84 +577,87 @@ fn is_below(path: &str, ancestor: &str) -> bool {
     path == ancestor || path.starts_with(&format!("{ancestor}/"))
 }
 
-fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32> {
+fn run_workspace(ws: &Workspace, cred: &Credentials<'_>, op: &Op) -> Result<(), i32> {
     let errno = |e: computer_vfs::Error| e.errno();
+    let who = Who::Caller(*cred);
     // A name to create in a directory: the kernel refuses an existing one itself.
     let for_create = |d: usize| -> Result<(InodeNo, Vec<u8>), i32> {
-        let walked = walk(caller, ws, &join(DIRS[d], "n"))?;
+        let walked = walk(who, ws, &join(DIRS[d], "n"))?;
         if walked.node.is_some() {
             return Err(libc::EEXIST);
         }
         Ok((walked.parent, walked.name))
     };
     match op {
-        Op::Stat(i) => existing(caller, ws, PATHS[*i]).map(drop),
+        Op::Stat(i) => existing(who, ws, PATHS[*i]).map(drop),
         Op::Access(i, mask) => {
-            let attr = existing(caller, ws, PATHS[*i])?;
-            caller
-                .access(attr.ino, Access::from_mask(*mask))
+            let attr = existing(who, ws, PATHS[*i])?;
+            ws.access(cred, attr.ino, Access::from_mask(*mask))
                 .map_err(errno)
         }
         Op::Open(i, flags) => {
-            let attr = existing(caller, ws, PATHS[*i])?;
+            let attr = existing(who, ws, PATHS[*i])?;
             let write = *flags != libc::O_RDONLY;
             if attr.is_dir() {
                 if write {
                     return Err(libc::EISDIR);
                 }
-                return caller.opendir(attr.ino).map(drop).map_err(errno);
+                return ws.opendir(who, attr.ino).map(drop).map_err(errno);
             }
-            let want = Access {
-                read: *flags != libc::O_WRONLY,
-                write,
-                exec: false,
-            };
-            let opened = caller
-                .open_for_kernel(attr.ino, OpenFlags::from_libc(*flags), want, false)
+            let flags = OpenFlags::from_libc(*flags);
+            let opened = ws
+                .open_for_kernel(who, attr.ino, flags, false)
                 .map_err(errno)?;
             ws.release(opened.handle).map_err(errno)
         }
         Op::Create(d, mode) => {
             let (parent, name) = for_create(*d)?;
-            let (_, opened) = caller
-                .create_for_kernel(parent, &name, *mode, OpenFlags::WRITE, false)
+            let (_, opened) = ws
+                .create_for_kernel(
+                    who,
+                    parent,
+                    &name,
+                    NewNode::new(*mode),
+                    OpenFlags::WRITE,
+                    false,
+                )
                 .map_err(errno)?;
             ws.release(opened.handle).map_err(errno)
         }
         Op::Mkdir(d, mode) => {
             let (parent, name) = for_create(*d)?;
-            caller.mkdir(parent, &name, *mode).map(drop).map_err(errno)
+            ws.mkdir(who, parent, &name, NewNode::new(*mode))
+                .map(drop)
+                .map_err(errno)
         }
         Op::Mkfifo(d, mode) => {
             let (parent, name) = for_create(*d)?;
-            caller
-                .mknod(parent, &name, FileKind::Fifo, *mode, 0)
+            ws.mknod(who, parent, &name, FileKind::Fifo, NewNode::new(*mode), 0)
                 .map(drop)
                 .map_err(errno)
         }
         Op::Symlink(d) => {
             let (parent, name) = for_create(*d)?;
-            caller
-                .symlink(parent, &name, b"somewhere")
+            ws.symlink(who, parent, &name, b"somewhere", NewNode::new(0o777))
                 .map(drop)
                 .map_err(errno)
         }
         Op::Unlink(i) | Op::Rmdir(i) => {
-            let walked = walk(caller, ws, PATHS[*i])?;
+            let walked = walk(who, ws, PATHS[*i])?;
             if walked.node.is_none() {
                 return Err(libc::ENOENT);
             }
             let result = if matches!(op, Op::Unlink(_)) {
-                caller.unlink(walked.parent, &walked.name)
+                ws.unlink(who, walked.parent, &walked.name)
             } else {
-                caller.rmdir(walked.parent, &walked.name)
+                ws.rmdir(who, walked.parent, &walked.name)
             };
             result.map_err(errno)
         }
         Op::Rename(i, target) => {
             let (from, to) = (PATHS[*i], target.path());
-            let src = walk(caller, ws, from)?;
-            let dst = walk(caller, ws, &to)?;
+            let src = walk(who, ws, from)?;
+            let dst = walk(who, ws, &to)?;
             let Some(src_node) = &src.node else {
                 return Err(libc::ENOENT);
             };
@@ -655,20 +669,20 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
             if dst.node.is_some() && is_below(from, &to) && to != from {
                 return Err(libc::ENOTEMPTY);
             }
-            caller
-                .rename(
-                    src.parent,
-                    &src.name,
-                    dst.parent,
-                    &dst.name,
-                    RenameFlags::default(),
-                )
-                .map_err(errno)
+            ws.rename(
+                who,
+                src.parent,
+                &src.name,
+                dst.parent,
+                &dst.name,
+                RenameFlags::default(),
+            )
+            .map_err(errno)
         }
         Op::Exchange(i, j) => {
             let (a, b) = (PATHS[*i], PATHS[*j]);
-            let a_walk = walk(caller, ws, a)?;
-            let b_walk = walk(caller, ws, b)?;
+            let a_walk = walk(who, ws, a)?;
+            let b_walk = walk(who, ws, b)?;
             if a_walk.node.is_none() || b_walk.node.is_none() {
                 return Err(libc::ENOENT);
             }
@@ -680,29 +694,28 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
                 exchange: true,
                 no_replace: false,
             };
-            caller
-                .rename(
-                    a_walk.parent,
-                    &a_walk.name,
-                    b_walk.parent,
-                    &b_walk.name,
-                    flags,
-                )
-                .map_err(errno)
+            ws.rename(
+                who,
+                a_walk.parent,
+                &a_walk.name,
+                b_walk.parent,
+                &b_walk.name,
+                flags,
+            )
+            .map_err(errno)
         }
         Op::Link(i, target) => {
-            let src = existing(caller, ws, PATHS[*i])?;
-            let dst = walk(caller, ws, &target.path())?;
+            let src = existing(who, ws, PATHS[*i])?;
+            let dst = walk(who, ws, &target.path())?;
             if dst.node.is_some() {
                 return Err(libc::EEXIST);
             }
-            caller
-                .link(src.ino, dst.parent, &dst.name)
+            ws.link(who, src.ino, dst.parent, &dst.name)
                 .map(drop)
                 .map_err(errno)
         }
         Op::Chmod(i, mode) => setattr(
-            caller,
+            who,
             ws,
             PATHS[*i],
             SetAttr {
@@ -711,7 +724,7 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
             },
         ),
         Op::Chown(i, uid, gid) => setattr(
-            caller,
+            who,
             ws,
             PATHS[*i],
             SetAttr {
@@ -721,7 +734,7 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
             },
         ),
         Op::Truncate(i) => {
-            let attr = existing(caller, ws, PATHS[*i])?;
+            let attr = existing(who, ws, PATHS[*i])?;
             if attr.is_dir() {
                 return Err(libc::EISDIR);
             }
@@ -730,10 +743,7 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
                 mtime: Some(SetTime::Now),
                 ..Default::default()
             };
-            caller
-                .setattr(attr.ino, &changes, false)
-                .map(drop)
-                .map_err(errno)
+            ws.setattr(who, attr.ino, &changes).map(drop).map_err(errno)
         }
         Op::Utimes(i, times) => {
             let (atime, mtime) = match times {
@@ -745,7 +755,7 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
                 ),
             };
             setattr(
-                caller,
+                who,
                 ws,
                 PATHS[*i],
                 SetAttr {
@@ -756,15 +766,13 @@ fn run_workspace(ws: &Workspace, caller: &Caller<'_>, op: &Op) -> Result<(), i32
             )
         }
         Op::SetXattr(i) => {
-            let attr = existing(caller, ws, PATHS[*i])?;
-            caller
-                .setxattr(attr.ino, b"user.t", b"v", XattrSet::Any)
+            let attr = existing(who, ws, PATHS[*i])?;
+            ws.setxattr(who, attr.ino, b"user.t", b"v", XattrSet::Any)
                 .map_err(errno)
         }
         Op::GetXattr(i) => {
-            let attr = existing(caller, ws, PATHS[*i])?;
-            caller
-                .getxattr(attr.ino, b"user.t")
+            let attr = existing(who, ws, PATHS[*i])?;
+            ws.getxattr(who, attr.ino, b"user.t")
                 .map(drop)
                 .map_err(errno)
         }
@@ -836,9 +844,9 @@ fn compare(base: &Path, tree: &[Node], user: &User, op: &Op) -> Result<(), TestC
             Vec::new()
         },
     };
-    let cred = Credentials::new(user.uid, user.gid, &info);
-    let caller = ws.caller(cred).protected_hardlinks(protected_hardlinks());
-    let ws_errno = run_workspace(&ws, &caller, op).err().unwrap_or(0);
+    let cred =
+        Credentials::new(user.uid, user.gid, &info).protected_hardlinks(protected_hardlinks());
+    let ws_errno = run_workspace(&ws, &cred, op).err().unwrap_or(0);
     let ws_tree = snapshot_workspace(&ws);
     if deviation && kernel_errno == libc::EPERM && ws_errno == 0 {
         return Ok(());
