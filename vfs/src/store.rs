@@ -561,3 +561,98 @@ pub(crate) fn orphans(conn: &Connection) -> Result<Vec<InodeNo>> {
     rows.map(|r| r.map(|i| InodeNo(i as u64)).ctx("finding orphans"))
         .collect()
 }
+
+// ------------------------------------------------------------------ extended attributes
+
+/// Whether any node has an extended attribute.
+pub(crate) fn any_xattr(conn: &Connection) -> Result<bool> {
+    conn.query_row("SELECT EXISTS (SELECT 1 FROM xattrs)", [], |row| row.get(0))
+        .ctx("reading attributes")
+}
+
+/// The value of `ino`'s attribute `name`, if it has one.
+pub(crate) fn xattr(conn: &Connection, ino: InodeNo, name: &[u8]) -> Result<Option<Vec<u8>>> {
+    conn.prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![ino.0 as i64, name], |row| row.get(0))
+                .optional()
+        })
+        .ctx("reading an attribute")
+}
+
+pub(crate) fn xattr_exists(conn: &Connection, ino: InodeNo, name: &[u8]) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM xattrs WHERE ino = ?1 AND name = ?2")
+        .and_then(|mut stmt| stmt.exists(params![ino.0 as i64, name]))
+        .ctx("reading an attribute")
+}
+
+/// The names of `ino`'s attributes, in byte order.
+pub(crate) fn xattr_names(conn: &Connection, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name")
+        .ctx("listing attributes")?;
+    let rows = stmt
+        .query_map([ino.0 as i64], |row| row.get(0))
+        .ctx("listing attributes")?;
+    rows.map(|r| r.ctx("listing attributes")).collect()
+}
+
+/// Sets `ino`'s attribute `name`, replacing a value it had.
+pub(crate) fn put_xattr(txn: &WriteTxn<'_>, ino: InodeNo, name: &[u8], value: &[u8]) -> Result<()> {
+    txn.prepare_cached("INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)")
+        .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, name, value]))
+        .ctx("writing an attribute")?;
+    Ok(())
+}
+
+/// Removes `ino`'s attribute `name`; whether it had one.
+pub(crate) fn remove_xattr(txn: &WriteTxn<'_>, ino: InodeNo, name: &[u8]) -> Result<bool> {
+    let removed = txn
+        .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")
+        .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, name]))
+        .ctx("removing an attribute")?;
+    Ok(removed > 0)
+}
+
+// ------------------------------------------------------------------------------ totals
+
+/// For each kind of node: how many there are and the sum of their sizes.
+pub(crate) fn nodes_by_kind(conn: &Connection) -> Result<Vec<(FileKind, u64, u64)>> {
+    let mut stmt = conn
+        .prepare("SELECT kind, count(*), coalesce(sum(size), 0) FROM nodes GROUP BY kind")
+        .ctx("counting nodes")?;
+    let rows = stmt
+        .query_map([], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        })
+        .ctx("counting nodes")?;
+    rows.map(|row| {
+        let (code, count, size) = row.ctx("counting nodes")?;
+        Ok((kind_from_code(code)?, count as u64, size as u64))
+    })
+    .collect()
+}
+
+/// The stored blocks: how many, their raw bytes and their bytes as stored.
+pub(crate) struct BlockTotals {
+    pub count: u64,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+}
+
+pub(crate) fn block_totals(conn: &Connection) -> Result<BlockTotals> {
+    let sql = "SELECT count(*), coalesce(sum(raw_len), 0), coalesce(sum(stored_len), 0) \
+               FROM blocks";
+    let (count, raw, stored): (i64, i64, i64) = conn
+        .query_row(sql, [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .ctx("counting blocks")?;
+    Ok(BlockTotals {
+        count: count as u64,
+        raw_bytes: raw as u64,
+        stored_bytes: stored as u64,
+    })
+}

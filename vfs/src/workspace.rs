@@ -19,8 +19,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::params;
-
 use crate::access::{self, Access, Credentials, Who};
 use crate::base::lock;
 use crate::chunker::{ChunkSizes, Chunker};
@@ -28,7 +26,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::compact::{CompactProgress, CompactReport};
 use crate::content::{self, BlockCache, ContentCtx};
 use crate::db::{self, Db, DbInfo, DbOptions, WriteTxn};
-use crate::error::{kind, Error, Result, StorageContext};
+use crate::error::{kind, Error, Result};
 use crate::store::{self, LINK_MAX, SYMLINK_MAX};
 use crate::types::*;
 
@@ -518,12 +516,7 @@ impl Workspace {
                 log_cache: Default::default(),
             }),
         };
-        let any_xattr = workspace.inner.db.read(|conn| {
-            conn.query_row("SELECT EXISTS (SELECT 1 FROM xattrs)", [], |row| {
-                row.get::<_, bool>(0)
-            })
-            .ctx("reading attributes")
-        })?;
+        let any_xattr = workspace.inner.db.read(store::any_xattr)?;
         workspace
             .inner
             .xattrs_maybe
@@ -1791,15 +1784,7 @@ impl Workspace {
             if none_exist {
                 return Err(kind::NoAttribute());
             }
-            let value: Option<Vec<u8>> = conn
-                .prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")
-                .and_then(|mut stmt| {
-                    rusqlite::OptionalExtension::optional(
-                        stmt.query_row(params![ino.0 as i64, name], |row| row.get(0)),
-                    )
-                })
-                .ctx("reading an attribute")?;
-            value.ok_or_else(kind::NoAttribute)
+            store::xattr(conn, ino, name)?.ok_or_else(kind::NoAttribute)
         })
     }
 
@@ -1807,13 +1792,7 @@ impl Workspace {
     pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<Vec<u8>>> {
         self.inner.db.read(|conn| {
             store::attr(conn, ino)?;
-            let mut stmt = conn
-                .prepare_cached("SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name")
-                .ctx("listing attributes")?;
-            let rows = stmt
-                .query_map([ino.0 as i64], |row| row.get(0))
-                .ctx("listing attributes")?;
-            rows.map(|r| r.ctx("listing attributes")).collect()
+            store::xattr_names(conn, ino)
         })
     }
 
@@ -1847,20 +1826,13 @@ impl Workspace {
             if let Some(cred) = cred {
                 access::may_xattr(&attr, name, true, cred)?;
             }
-            let exists = txn
-                .prepare_cached("SELECT 1 FROM xattrs WHERE ino = ?1 AND name = ?2")
-                .and_then(|mut stmt| stmt.exists(params![ino.0 as i64, name]))
-                .ctx("reading an attribute")?;
+            let exists = store::xattr_exists(txn, ino, name)?;
             match (mode, exists) {
                 (XattrSet::Create, true) => return Err(kind::Exists()),
                 (XattrSet::Replace, false) => return Err(kind::NoAttribute()),
                 _ => {}
             }
-            txn.prepare_cached(
-                "INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)",
-            )
-            .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, name, value]))
-            .ctx("writing an attribute")?;
+            store::put_xattr(txn, ino, name, value)?;
             store::touch_ctime(txn, ino, now)
         })
     }
@@ -1876,11 +1848,7 @@ impl Workspace {
             if let Some(cred) = cred {
                 access::may_xattr(&attr, name, true, cred)?;
             }
-            let removed = txn
-                .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")
-                .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, name]))
-                .ctx("removing an attribute")?;
-            if removed == 0 {
+            if !store::remove_xattr(txn, ino, name)? {
                 return Err(kind::NoAttribute());
             }
             store::touch_ctime(txn, ino, now)
@@ -1961,34 +1929,21 @@ impl Workspace {
     pub fn stats(&self) -> Result<Stats> {
         let mut stats = self.inner.db.read_counted(|conn| {
             let mut stats = Stats::default();
-            let mut stmt = conn
-                .prepare("SELECT kind, count(*), coalesce(sum(size), 0) FROM nodes GROUP BY kind")
-                .ctx("counting nodes")?;
-            let rows = stmt
-                .query_map([], |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?)))
-                .ctx("counting nodes")?;
-            for row in rows {
-                let (code, count, size) = row.ctx("counting nodes")?;
-                match crate::db::kind_from_code(code)? {
+            for (kind, count, size) in store::nodes_by_kind(conn)? {
+                match kind {
                     FileKind::File => {
-                        stats.files = count as u64;
-                        stats.logical_bytes = size as u64;
+                        stats.files = count;
+                        stats.logical_bytes = size;
                     }
-                    FileKind::Directory => stats.directories = count as u64,
-                    FileKind::Symlink => stats.symlinks = count as u64,
-                    _ => stats.other_nodes += count as u64,
+                    FileKind::Directory => stats.directories = count,
+                    FileKind::Symlink => stats.symlinks = count,
+                    _ => stats.other_nodes += count,
                 }
             }
-            let (blocks, unique, stored): (i64, i64, i64) = conn
-                .query_row(
-                    "SELECT count(*), coalesce(sum(raw_len), 0), coalesce(sum(stored_len), 0) FROM blocks",
-                    [],
-                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-                )
-                .ctx("counting blocks")?;
-            stats.blocks = blocks as u64;
-            stats.unique_bytes = unique as u64;
-            stats.stored_bytes = stored as u64;
+            let blocks = store::block_totals(conn)?;
+            stats.blocks = blocks.count;
+            stats.unique_bytes = blocks.raw_bytes;
+            stats.stored_bytes = blocks.stored_bytes;
             stats.revision = db::read_counters(conn)?.0;
             let (page_size, _, free_pages) = crate::compact::pages(conn)?;
             stats.free_bytes = free_pages.saturating_mul(page_size);
