@@ -1,20 +1,39 @@
-//! `check`: verifies every invariant of a workspace database from scratch.
+//! `check`: verifies a workspace database from scratch, every invariant of the map
+//! (docs/ARCHITECTURE.md, "Invariants") that the rows themselves can show.
 //!
-//! SQLite's own integrity check, then: every block decodes and re-hashes to its key;
-//! reference counts equal the extents that use each block; extents match their blocks,
-//! do not overlap and stay inside their file; entries point at live nodes; link counts
-//! match entries; every directory hangs from the root; the stored-bytes and node counters
-//! match the rows. Problems are collected, not fatal, so one run reports them all.
+//! SQLite's own integrity check, then:
+//! - blocks: every block decodes and re-hashes to its key; reference counts equal the
+//!   extents and loose holds that use each block; extents match their blocks, do not
+//!   overlap and stay inside their file; the stored-bytes counter matches the blocks;
+//! - the tree: entries point at live nodes; link counts match entries; every directory
+//!   hangs from the root; the node counter matches the rows;
+//! - ids: each counter of the `state` row is above every id of its kind in use, so the
+//!   next one handed out is new;
+//! - revisions: no row carries a revision the workspace has not reached; whatever is at
+//!   a tombstone's path now was put there by the removal's mutation or a later one;
+//! - peers: a `delivered` cursor (on our log) is not past our revision; a record of how
+//!   far a peer's changes were applied is not past its `applied` cursor, and it and
+//!   every received batch belong to a registered peer;
+//! - staging: every `staged` row binds a live regular file.
+//!
+//! What it cannot see is history and the running process: that each mutation took one
+//! revision, that ids of rows since deleted were not handed out again, that cursors
+//! never moved backwards, lock order. The map says which and why. Problems are
+//! collected, not fatal, so one run reports them all. Rows are streamed: what a check
+//! holds is a count per block and per node, never the rows.
 
 use std::collections::HashMap;
 
+use rusqlite::types::ValueRef;
 use rusqlite::Connection;
 
 use crate::block::{self, BlockHash, Codec};
+use crate::changes::{cursor_at_or_after, Cursor};
 use crate::db;
 use crate::error::{Result, StorageContext};
+use crate::log;
 use crate::store;
-use crate::types::{FileKind, InodeNo};
+use crate::types::{FileKind, InodeNo, Revision};
 use crate::workspace::Workspace;
 
 /// Problems reported past this many are counted, not listed.
@@ -78,15 +97,32 @@ impl Workspace {
             self.settle_staged()?;
         }
         let open_now: Vec<InodeNo> = self.open_inodes();
-        self.db().read_counted(|conn| {
-            let mut report = CheckReport::default();
-            sqlite_integrity(conn, &mut report)?;
-            let uses = check_extents(conn, &mut report)?;
-            check_blocks(conn, &uses, &mut report, progress)?;
-            check_namespace(conn, &open_now, &mut report)?;
-            Ok(report)
-        })
+        self.db()
+            .read_counted(|conn| check_database(conn, &open_now, progress))
     }
+}
+
+/// Runs every check on one snapshot of the database.
+fn check_database(
+    conn: &Connection,
+    open_now: &[InodeNo],
+    progress: &mut dyn FnMut(CheckProgress),
+) -> Result<CheckReport> {
+    let mut report = CheckReport::default();
+    sqlite_integrity(conn, &mut report)?;
+    let mut uses = check_extents(conn, &mut report)?;
+    count_loose_holds(conn, &mut uses, &mut report)?;
+    check_blocks(conn, &uses, &mut report, progress)?;
+    check_namespace(conn, open_now, &mut report)?;
+    let state = read_state(conn)?;
+    check_revisions(conn, state.revision, &mut report)?;
+    check_id_counters(conn, &state, &mut report)?;
+    check_tombstones(conn, &mut report)?;
+    check_peer_cursors(conn, state.revision, &mut report)?;
+    check_peer_rows_known(conn, &mut report)?;
+    check_applied_through(conn, &mut report)?;
+    check_staged(conn, &mut report)?;
+    Ok(report)
 }
 
 fn sqlite_integrity(conn: &Connection, report: &mut CheckReport) -> Result<()> {
@@ -157,17 +193,32 @@ fn check_extents(conn: &Connection, report: &mut CheckReport) -> Result<HashMap<
         }
         previous = Some((ino, offset + len));
     }
-    // A block received ahead of the entries that use it holds one reference of its own.
-    let mut stmt = conn
-        .prepare("SELECT id FROM loose_blocks")
-        .ctx("checking loose blocks")?;
-    let loose = stmt
-        .query_map([], |row| row.get::<_, i64>(0))
-        .ctx("checking loose blocks")?;
-    for id in loose {
-        *uses.entry(id.ctx("checking loose blocks")?).or_default() += 1;
-    }
     Ok(uses)
+}
+
+/// Adds the loose holds to `uses`: a block received ahead of the entries that use it
+/// holds one reference of its own until they come.
+fn count_loose_holds(
+    conn: &Connection,
+    uses: &mut HashMap<i64, u64>,
+    report: &mut CheckReport,
+) -> Result<()> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT l.id, b.id IS NOT NULL FROM loose_blocks l LEFT JOIN blocks b ON b.id = l.id",
+        )
+        .ctx("checking loose blocks")?;
+    let mut rows = stmt.query([]).ctx("checking loose blocks")?;
+    while let Some(row) = rows.next().ctx("checking loose blocks")? {
+        let id: i64 = row.get(0).ctx("checking loose blocks")?;
+        let stored: bool = row.get(1).ctx("checking loose blocks")?;
+        if stored {
+            *uses.entry(id).or_default() += 1;
+        } else {
+            report.problem(format!("loose hold on missing block {id}"));
+        }
+    }
+    Ok(())
 }
 
 fn check_blocks(
@@ -346,6 +397,300 @@ fn check_namespace(
             "node counter {node_counter}, {} nodes present",
             report.nodes
         ));
+    }
+    Ok(())
+}
+
+/// The `state` row's revision and id counters, as stored.
+struct StateRow {
+    revision: i64,
+    next_ino: i64,
+    next_cookie: i64,
+    next_block: i64,
+}
+
+fn read_state(conn: &Connection) -> Result<StateRow> {
+    conn.query_row(
+        "SELECT revision, next_ino, next_cookie, next_block FROM state WHERE id = 1",
+        [],
+        |row| {
+            Ok(StateRow {
+                revision: row.get(0)?,
+                next_ino: row.get(1)?,
+                next_cookie: row.get(2)?,
+                next_block: row.get(3)?,
+            })
+        },
+    )
+    .ctx("reading the state row")
+}
+
+/// Column `index` as text for a problem line: names and paths are bytes, shown with
+/// invalid UTF-8 replaced.
+fn shown(row: &rusqlite::Row<'_>, index: usize) -> Result<String> {
+    Ok(match row.get_ref(index).ctx("reading a name")? {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+        other => format!("{other:?}"),
+    })
+}
+
+/// Every kind of row that carries a revision: SQL for what a problem calls the row, and
+/// its revision. (Nodes carry their last change's, entries the one that made them,
+/// tombstones the removal's; a peer's batches the revision that applied them.)
+const REVISIONED_ROWS: [&str; 5] = [
+    "SELECT 'inode ' || ino, revision FROM nodes",
+    "SELECT 'entry \"' || CAST(name AS TEXT) || '\" in directory ' || parent, revision
+     FROM dirents",
+    "SELECT 'tombstone of ' || CAST(path AS TEXT), revision FROM tombstones",
+    "SELECT 'batch received from peer ' || peer, revision FROM received",
+    "SELECT 'record of how far peer ' || peer || ' was applied', revision
+     FROM applied_through",
+];
+
+/// Every revision a row carries was taken by a committed mutation, so none is past the
+/// workspace's: the next mutation would take it again, and a peer reading the log after
+/// it would never see the change. (Revision 1 made the root; none is before it.)
+fn check_revisions(conn: &Connection, current: i64, report: &mut CheckReport) -> Result<()> {
+    for select in REVISIONED_ROWS {
+        let mut stmt = conn
+            .prepare(&format!("{select} WHERE revision < 1 OR revision > ?1"))
+            .ctx("checking revisions")?;
+        let mut rows = stmt.query([current]).ctx("checking revisions")?;
+        while let Some(row) = rows.next().ctx("checking revisions")? {
+            let what = shown(row, 0)?;
+            let revision: i64 = row.get(1).ctx("checking revisions")?;
+            report.problem(format!(
+                "{what}: revision {revision}, outside the workspace's revisions 1 to {current}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An id counter of the `state` row: its column and value, what it numbers, and SQL for
+/// the largest such number any row holds (each part a lookup in an index).
+struct IdCounter {
+    column: &'static str,
+    next: i64,
+    numbers: &'static str,
+    largest_in_use: &'static str,
+}
+
+fn id_counters(state: &StateRow) -> [IdCounter; 3] {
+    [
+        IdCounter {
+            column: "next_ino",
+            next: state.next_ino,
+            numbers: "inode number",
+            largest_in_use: "SELECT max(m) FROM (
+                SELECT max(ino) AS m FROM nodes UNION ALL SELECT max(ino) FROM dirents
+                UNION ALL SELECT max(parent) FROM dirents UNION ALL SELECT max(ino) FROM extents
+                UNION ALL SELECT max(ino) FROM xattrs UNION ALL SELECT max(ino) FROM staged)",
+        },
+        IdCounter {
+            column: "next_block",
+            next: state.next_block,
+            numbers: "block id",
+            // Extents name only blocks that exist, or `check_extents` says otherwise.
+            largest_in_use: "SELECT max(m) FROM (
+                SELECT max(id) AS m FROM blocks UNION ALL SELECT max(id) FROM block_data
+                UNION ALL SELECT max(id) FROM loose_blocks)",
+        },
+        IdCounter {
+            column: "next_cookie",
+            next: state.next_cookie,
+            numbers: "entry cookie",
+            largest_in_use: "SELECT max(cookie) FROM dirents",
+        },
+    ]
+}
+
+/// Inode numbers, block ids and entry cookies are handed out by counters, never
+/// reused: each counter must be above every number of its kind in use, or the next
+/// node (block, entry) made would take one the kernel or the block cache still knows.
+/// (Numbers of rows since deleted leave no trace to check against.)
+fn check_id_counters(conn: &Connection, state: &StateRow, report: &mut CheckReport) -> Result<()> {
+    for counter in id_counters(state) {
+        let largest: Option<i64> = conn
+            .query_row(counter.largest_in_use, [], |row| row.get(0))
+            .ctx("checking id counters")?;
+        if let Some(largest) = largest.filter(|&largest| largest >= counter.next) {
+            report.problem(format!(
+                "{} is {}, but {} {largest} is in use: the next one made would take it again",
+                counter.column, counter.next, counter.numbers
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A removal leaves its path unbound (`store::remove_dirent`), and entries are only ever
+/// made, never changed: so whatever is at a tombstone's path now was put there by the
+/// removal's own mutation or a later one, and some entry on the way to it is at least
+/// as new as the tombstone. The change log relies on it: a path bound from before its
+/// removal would be listed as removed while it stands. Only each path's latest
+/// tombstone needs looking at.
+fn check_tombstones(conn: &Connection, report: &mut CheckReport) -> Result<()> {
+    let mut stmt = conn
+        .prepare("SELECT path, max(revision) FROM tombstones GROUP BY path")
+        .ctx("checking tombstones")?;
+    let mut rows = stmt.query([]).ctx("checking tombstones")?;
+    while let Some(row) = rows.next().ctx("checking tombstones")? {
+        let path: Vec<u8> = row.get(0).ctx("checking tombstones")?;
+        let removed_at: i64 = row.get(1).ctx("checking tombstones")?;
+        let shown = String::from_utf8_lossy(&path);
+        if !is_removable_path(&path) {
+            report.problem(format!(
+                "tombstone of {shown:?} at revision {removed_at}: not a path below the root"
+            ));
+            continue;
+        }
+        if let Some(Revision(bound)) = log::binding(conn, &path)? {
+            if (bound as i64) < removed_at {
+                report.problem(format!(
+                    "tombstone of {shown} at revision {removed_at}: the path is bound since \
+                     revision {bound}, before its removal"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` is one a removal records (`store::entry_path`): `/`, then names
+/// joined by `/`, none empty, `.` or `..` (so not the root, which is never removed).
+fn is_removable_path(path: &[u8]) -> bool {
+    match path.split_first() {
+        Some((b'/', names)) => names
+            .split(|&b| b == b'/')
+            .all(|name| !name.is_empty() && name != b"." && name != b".."),
+        _ => false,
+    }
+}
+
+/// A peer's `delivered` cursor is on our own log: the peer cannot have applied a
+/// revision that was never made here. (Its `applied` cursor counts the peer's
+/// revisions, which this database does not hold; only its sign is ours to check.)
+fn check_peer_cursors(conn: &Connection, current: i64, report: &mut CheckReport) -> Result<()> {
+    let mut stmt = conn
+        .prepare("SELECT peer, delivered_rev, applied_rev FROM peers")
+        .ctx("checking peers")?;
+    let mut rows = stmt.query([]).ctx("checking peers")?;
+    while let Some(row) = rows.next().ctx("checking peers")? {
+        let peer = shown(row, 0)?;
+        let delivered: i64 = row.get(1).ctx("checking peers")?;
+        let applied: i64 = row.get(2).ctx("checking peers")?;
+        if !(0..=current).contains(&delivered) {
+            report.problem(format!(
+                "peer {peer}: delivered cursor at revision {delivered}, outside the \
+                 workspace's revisions 0 to {current}"
+            ));
+        }
+        if applied < 0 {
+            report.problem(format!(
+                "peer {peer}: applied cursor at negative revision {applied}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The tables of what came from each peer, by peer name.
+const PEER_ROWS: [&str; 2] = ["received", "applied_through"];
+
+/// What came from a peer belongs to a registered one: a peer that comes back as another
+/// replica loses these rows with its cursors (`Workspace::register_peer`), and peers
+/// are never forgotten otherwise.
+fn check_peer_rows_known(conn: &Connection, report: &mut CheckReport) -> Result<()> {
+    for table in PEER_ROWS {
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT t.peer, count(*) FROM {table} t
+                 WHERE NOT EXISTS (SELECT 1 FROM peers p WHERE p.peer = t.peer)
+                 GROUP BY t.peer"
+            ))
+            .ctx("checking peers")?;
+        let mut rows = stmt.query([]).ctx("checking peers")?;
+        while let Some(row) = rows.next().ctx("checking peers")? {
+            let peer = shown(row, 0)?;
+            let count: i64 = row.get(1).ctx("checking peers")?;
+            report.problem(format!("unknown peer {peer} has {count} rows in {table}"));
+        }
+    }
+    Ok(())
+}
+
+/// How far a peer's changes were applied as of one of our revisions is never past how
+/// far they are applied now: the batch that wrote the record moved the cursor to at
+/// least there, and the cursor never moves backwards.
+fn check_applied_through(conn: &Connection, report: &mut CheckReport) -> Result<()> {
+    // Rows at an earlier revision than the cursor's are behind it whatever their path.
+    let mut stmt = conn
+        .prepare(
+            "SELECT a.peer, a.revision, a.through_rev, a.through_path, p.applied_rev,
+                    p.applied_path
+             FROM applied_through a JOIN peers p ON p.peer = a.peer
+             WHERE a.through_rev >= p.applied_rev",
+        )
+        .ctx("checking peers")?;
+    let mut rows = stmt.query([]).ctx("checking peers")?;
+    while let Some(row) = rows.next().ctx("checking peers")? {
+        let peer = shown(row, 0)?;
+        let as_of: i64 = row.get(1).ctx("checking peers")?;
+        let through = cursor(row, 2)?;
+        let applied = cursor(row, 4)?;
+        if !cursor_at_or_after(&applied, &through) {
+            report.problem(format!(
+                "peer {peer}: applied through {} as of revision {as_of}, past its applied \
+                 cursor {}",
+                show_cursor(&through),
+                show_cursor(&applied)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The cursor in columns `first` (revision) and `first + 1` (path).
+fn cursor(row: &rusqlite::Row<'_>, first: usize) -> Result<Cursor> {
+    Ok(Cursor {
+        revision: Revision(row.get::<_, i64>(first).ctx("reading a cursor")? as u64),
+        path: row.get(first + 1).ctx("reading a cursor")?,
+    })
+}
+
+fn show_cursor(cursor: &Cursor) -> String {
+    format!(
+        "(revision {}, {:?})",
+        cursor.revision.0,
+        String::from_utf8_lossy(&cursor.path)
+    )
+}
+
+/// Each `staged` row binds a staging file to a live regular file, whose content it may
+/// hold newer than the rows: ingestion (after a crash, the next open) writes it back
+/// there, and the mutation that deletes a node unbinds its file
+/// (`Workspace::unstage_deleted`).
+fn check_staged(conn: &Connection, report: &mut CheckReport) -> Result<()> {
+    let mut stmt = conn
+        .prepare(
+            "SELECT s.ino, s.file, n.kind FROM staged s LEFT JOIN nodes n ON n.ino = s.ino
+             WHERE n.kind IS NOT ?1",
+        )
+        .ctx("checking staged files")?;
+    let mut rows = stmt
+        .query([db::kind_code(FileKind::File)])
+        .ctx("checking staged files")?;
+    while let Some(row) = rows.next().ctx("checking staged files")? {
+        let ino: i64 = row.get(0).ctx("checking staged files")?;
+        let file = shown(row, 1)?;
+        let kind: Option<i64> = row.get(2).ctx("checking staged files")?;
+        report.problem(match kind {
+            None => format!("staging file {file} is bound to missing inode {ino}"),
+            Some(_) => format!("staging file {file} is bound to inode {ino}, not a regular file"),
+        });
     }
     Ok(())
 }

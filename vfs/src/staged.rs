@@ -607,13 +607,15 @@ impl Workspace {
         txn: &crate::db::WriteTxn<'_>,
         ino: InodeNo,
     ) -> Result<()> {
-        let Some(staging) = self.staging() else {
-            return Ok(());
-        };
+        // With staging off too: an orphan reaped at open may still be bound by a crash
+        // of a staging process, and a binding must never outlive its node (`check`).
         // Cached: this runs for every node deleted.
         txn.prepare_cached("DELETE FROM staged WHERE ino = ?1")
             .and_then(|mut stmt| stmt.execute([ino.0 as i64]))
             .ctx("unbinding a staging file")?;
+        let Some(staging) = self.staging() else {
+            return Ok(());
+        };
         if let Some(staged) = lock(&staging.entries).remove(&ino) {
             // A large file's space should be back at once, as `rm` of it promises.
             let large = staged
