@@ -2,6 +2,7 @@
 //! through a raw SQLite connection the way a bug or a bad copy could, is reported; and
 //! healthy databases with peers, tombstones and staged files pass.
 
+use computer_vfs::Who;
 use std::path::{Path, PathBuf};
 
 use computer_vfs::*;
@@ -258,7 +259,9 @@ fn a_file_staged_for_writing_checks_clean_live_and_as_a_crash_leaves_it() {
     let ws = Workspace::open(&path, options).unwrap();
     ws.fs().write_file("/f", "stored").unwrap();
     let ino = ws.fs().stat("/f").unwrap().ino;
-    let opened = ws.open_for_kernel(ino, OpenFlags::WRITE, true).unwrap();
+    let opened = ws
+        .open_for_kernel(Who::Trusted, ino, OpenFlags::WRITE, true)
+        .unwrap();
     let staged = opened.staged.as_ref().expect("a small file is staged");
     std::os::unix::fs::FileExt::write_all_at(staged.file(), b"newer", 0).unwrap();
     assert_eq!(ws.staged_files().unwrap(), 1, "the binding is committed");
