@@ -727,6 +727,13 @@ impl Workspace {
         self.db().write(|txn| {
             txn.keep_revision();
             let mut state = fenced(txn, peer, replica_id)?;
+            // A peer acknowledging changes that do not exist yet (a hostile or confused
+            // one) would have the ones made up to there never sent to it.
+            if cursor.revision > txn.previous_revision() {
+                return Err(Error::invalid(
+                    "the peer acknowledged changes past this workspace's revision",
+                ));
+            }
             if !changes::cursor_at_or_after(&state.delivered, cursor) {
                 state.delivered = cursor.clone();
                 store_peer(txn, &state)?;

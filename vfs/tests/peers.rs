@@ -224,6 +224,27 @@ fn a_replaced_replica_is_fenced_and_starts_over() {
 }
 
 #[test]
+fn a_peer_cannot_acknowledge_changes_that_do_not_exist() {
+    let (_dir, server, replica) = setup();
+    server.fs().write_file("/a", "a").unwrap();
+    round(&server, &replica, "r1", "replica-1");
+    let before = server.peer("r1").unwrap().unwrap().delivered;
+    let past = Cursor {
+        revision: Revision(server.revision().unwrap().0 + 1),
+        path: Vec::new(),
+    };
+    let err = server.mark_delivered("r1", "replica-1", &past).unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL, "{err}");
+    assert_eq!(server.peer("r1").unwrap().unwrap().delivered, before);
+    // What exists may still be acknowledged.
+    let now = Cursor {
+        revision: server.revision().unwrap(),
+        path: Vec::new(),
+    };
+    server.mark_delivered("r1", "replica-1", &now).unwrap();
+}
+
+#[test]
 fn cursors_never_move_backwards() {
     let (_dir, server, replica) = setup();
     server.fs().write_file("/a", "a").unwrap();

@@ -1413,6 +1413,11 @@ impl WriteTxn<'_> {
         self.takes_revision = false;
     }
 
+    /// The last revision committed before this transaction (batched ones included).
+    pub fn previous_revision(&self) -> Revision {
+        Revision(self.revision.0 - 1)
+    }
+
     /// Whether this transaction commits as a revision of its own.
     pub fn takes_revision(&self) -> bool {
         self.takes_revision
