@@ -3,7 +3,7 @@
 //! backlog grow without bound.
 //!
 //! The store does not decide how many writers pass; whoever consumes the log does
-//! ([`WriteGate::set_room`], [`WriteGate::open`]), from [`Workspace::backlog`]. What the
+//! ([`WriteGate::set_room`], [`WriteGate::open`]), from `Workspace::backlog`. What the
 //! store does is make every operation that adds to the tree pass the gate first:
 //! creating a node (file, directory, symlink, device, link), opening a file for
 //! writing, copying a range, allocating, setting an extended attribute. Removals,
@@ -22,10 +22,11 @@
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use rusqlite::Connection;
+
 use crate::base::lock;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StorageContext};
 use crate::types::Revision;
-use crate::workspace::Workspace;
 
 /// Lets a bounded number of writers through, or all of them.
 #[derive(Debug)]
@@ -161,32 +162,22 @@ pub struct Backlog {
     pub bytes: u64,
 }
 
-impl Workspace {
-    /// The gate writers pass before adding to the tree.
-    pub fn write_gate(&self) -> &WriteGate {
-        self.inner().gate()
-    }
-
-    /// Nodes changed after revision `after`, and their content's size. Cheap when the
-    /// backlog is small (an index range), proportional to it otherwise.
-    pub fn backlog(&self, after: Revision) -> Result<Backlog> {
-        use crate::error::StorageContext;
-        self.db().read(|conn| {
-            conn.prepare_cached(
-                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM nodes
-                 WHERE revision > ?1 AND nlink > 0",
-            )
-            .and_then(|mut s| {
-                s.query_row([after.0 as i64], |r| {
-                    Ok(Backlog {
-                        nodes: r.get::<_, i64>(0)? as u64,
-                        bytes: r.get::<_, i64>(1)? as u64,
-                    })
-                })
+/// Nodes changed after revision `after`, and their content's size. Cheap when the
+/// backlog is small (an index range), proportional to it otherwise.
+pub(crate) fn backlog(conn: &Connection, after: Revision) -> Result<Backlog> {
+    conn.prepare_cached(
+        "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM nodes
+         WHERE revision > ?1 AND nlink > 0",
+    )
+    .and_then(|mut s| {
+        s.query_row([after.0 as i64], |r| {
+            Ok(Backlog {
+                nodes: r.get::<_, i64>(0)? as u64,
+                bytes: r.get::<_, i64>(1)? as u64,
             })
-            .ctx("measuring the backlog")
         })
-    }
+    })
+    .ctx("measuring the backlog")
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::changes::order_key;
+use crate::change_page::order_key;
 use crate::error::{Result, StorageContext};
 use crate::store;
 use crate::types::*;
@@ -399,13 +399,13 @@ impl LogCache {
 pub(crate) fn page(
     conn: &Connection,
     cache: &LogCache,
-    cursor: &crate::changes::Cursor,
+    cursor: &crate::change_page::Cursor,
     entries_max: usize,
     bytes_max: u64,
     skip: &mut dyn FnMut(&Connection, Revision) -> Result<bool>,
-    state_of: &dyn Fn(&Connection, InodeNo) -> Result<crate::changes::EntryState>,
-) -> Result<crate::changes::ChangePage> {
-    use crate::changes::{ChangeEntry, ChangePage, Cursor, EntryState};
+    state_of: &dyn Fn(&Connection, InodeNo) -> Result<crate::change_page::EntryState>,
+) -> Result<crate::change_page::ChangePage> {
+    use crate::change_page::{ChangeEntry, ChangePage, Cursor, EntryState};
     let entries_max = entries_max.max(1);
     let (current, _, _, _) = crate::db::read_counters(conn)?;
     let mut walk = LogWalk::new(conn);
@@ -468,134 +468,4 @@ pub(crate) fn page(
         complete: true,
         revision: current,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::changes::{ChangePage, Cursor, EntryState};
-    use crate::{MkdirOptions, Options, RmOptions, Workspace};
-
-    /// (revision, path, removed) of every entry after `cursor`, paging `n` at a time.
-    type Seen = Vec<(u64, Vec<u8>, bool)>;
-
-    fn through(mut next: impl FnMut(&Cursor) -> ChangePage, from: &Cursor) -> Seen {
-        let mut cursor = from.clone();
-        let mut out = Vec::new();
-        for _ in 0..100_000 {
-            let page = next(&cursor);
-            for e in &page.entries {
-                out.push((e.revision.0, e.path.clone(), e.state == EntryState::Removed));
-            }
-            assert!(crate::changes::cursor_at_or_after(&page.next, &cursor));
-            cursor = page.next;
-            if page.complete {
-                return out;
-            }
-        }
-        panic!("paging never completed");
-    }
-
-    fn new_pages(ws: &Workspace, from: &Cursor, n: usize) -> Seen {
-        through(
-            |cursor| {
-                ws.db()
-                    .read(|conn| {
-                        super::page(
-                            conn,
-                            ws.inner().log_cache(),
-                            cursor,
-                            n,
-                            u64::MAX,
-                            &mut |_, _| Ok(false),
-                            &|_, _| Ok(EntryState::Symlink { target: Vec::new() }),
-                        )
-                    })
-                    .unwrap()
-            },
-            from,
-        )
-    }
-
-    fn old_pages(ws: &Workspace, from: &Cursor, n: usize) -> Seen {
-        through(
-            |cursor| {
-                crate::changes::full_scan::changes_after_full_scan(ws, cursor, n, u64::MAX).unwrap()
-            },
-            from,
-        )
-    }
-
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
-    /// Random trees and operations: the revision walk lists the same entries in the
-    /// same order as the full scan it replaces, from any cursor, in pages of any size.
-    #[test]
-    fn the_walk_lists_what_the_full_scan_lists() {
-        for seed in 1..=40u64 {
-            let ws = Workspace::open_in_memory(Options::default()).unwrap();
-            let fs = ws.fs();
-            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-            let names = ["a", "b", "c", "d"];
-            let mut cursors = vec![Cursor::START];
-            for step in 0..120 {
-                let pick = |rng: &mut Rng| {
-                    let depth = 1 + rng.below(3);
-                    let mut path = String::new();
-                    for _ in 0..depth {
-                        path.push('/');
-                        path.push_str(names[rng.below(names.len() as u64) as usize]);
-                    }
-                    path
-                };
-                let p = pick(&mut rng);
-                let q = pick(&mut rng);
-                let _ = match rng.below(9) {
-                    0 | 1 => fs.write_file(&p, format!("{seed} {step}")),
-                    2 => fs.mkdir(
-                        &p,
-                        MkdirOptions {
-                            recursive: true,
-                            ..MkdirOptions::default()
-                        },
-                    ),
-                    3 => fs.rm(
-                        &p,
-                        RmOptions {
-                            recursive: true,
-                            force: true,
-                        },
-                    ),
-                    4 | 5 => fs.rename(&p, &q),
-                    6 => fs.symlink("target", &p),
-                    7 => fs.link(&p, &q),
-                    _ => fs.chmod(&p, 0o700),
-                };
-                if rng.below(10) == 0 {
-                    let page =
-                        ws.changes_after(&Cursor::START, 1 + rng.below(20) as usize, u64::MAX);
-                    if let Some(e) = page.unwrap().entries.last() {
-                        cursors.push(Cursor::after(e));
-                    }
-                }
-            }
-            for cursor in &cursors {
-                let expected = old_pages(&ws, cursor, 1000);
-                for n in [1, 3, 1000] {
-                    assert_eq!(
-                        new_pages(&ws, cursor, n),
-                        expected,
-                        "seed {seed}, from {cursor:?}, pages of {n}"
-                    );
-                }
-            }
-        }
-    }
 }

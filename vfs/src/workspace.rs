@@ -27,6 +27,7 @@ use crate::compact::{CompactProgress, CompactReport};
 use crate::content::{self, BlockCache, ContentCtx};
 use crate::db::{self, Db, DbInfo, DbOptions, WriteTxn};
 use crate::error::{kind, Error, Result};
+use crate::gate::{Backlog, WriteGate};
 use crate::store::{self, LINK_MAX, SYMLINK_MAX};
 use crate::types::*;
 
@@ -373,16 +374,12 @@ pub(crate) struct Inner {
     /// was ever set, that is answered without touching the database.
     xattrs_maybe: std::sync::atomic::AtomicBool,
     /// Writers pass it before adding to the tree (see `gate.rs`).
-    gate: crate::gate::WriteGate,
+    gate: WriteGate,
     /// The last large revision of the change log read, for the next page (`log.rs`).
     log_cache: crate::log::LogCache,
 }
 
 impl Inner {
-    pub(crate) fn gate(&self) -> &crate::gate::WriteGate {
-        &self.gate
-    }
-
     pub(crate) fn log_cache(&self) -> &crate::log::LogCache {
         &self.log_cache
     }
@@ -586,6 +583,16 @@ impl Workspace {
             })?;
         }
         Ok(())
+    }
+
+    /// The gate writers pass before adding to the tree.
+    pub fn write_gate(&self) -> &WriteGate {
+        &self.inner.gate
+    }
+
+    /// Nodes changed after revision `after`, and their content's size (`gate.rs`).
+    pub fn backlog(&self, after: Revision) -> Result<Backlog> {
+        self.inner.db.read(|conn| crate::gate::backlog(conn, after))
     }
 
     /// The current revision: the last committed mutation.
