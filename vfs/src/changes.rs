@@ -90,20 +90,18 @@ impl Workspace {
     /// A stored block as it is on disk (compressed or not), to send elsewhere.
     pub fn stored_block(&self, hash: &BlockHash) -> Result<Option<StoredBlock>> {
         self.db().read(|conn| {
-            let row: Option<(i64, i64, Option<Vec<u8>>)> = conn
-                .prepare_cached(
-                    "SELECT raw_len, codec, (SELECT data FROM block_data d WHERE d.id = b.id)
-                     FROM blocks b WHERE hash = ?1",
-                )
+            let row: Option<(i64, i64, i64)> = conn
+                .prepare_cached("SELECT id, raw_len, codec FROM blocks WHERE hash = ?1")
                 .and_then(|mut s| {
                     s.query_row([&hash.0[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                         .optional()
                 })
                 .ctx("reading a block")?;
-            let Some((raw_len, codec, data)) = row else {
+            let Some((id, raw_len, codec)) = row else {
                 return Ok(None);
             };
-            let data = data.ok_or_else(|| Error::corrupt(format!("block {hash} has no data")))?;
+            let data = crate::block_store::get(conn, id)?
+                .ok_or_else(|| Error::corrupt(format!("block {hash} has no data")))?;
             Ok(Some(StoredBlock {
                 hash: *hash,
                 codec: Codec::from_code(codec)?,

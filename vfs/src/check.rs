@@ -28,6 +28,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::Connection;
 
 use crate::block::{self, BlockHash, Codec};
+use crate::block_store;
 use crate::changes::{cursor_at_or_after, Cursor};
 use crate::db;
 use crate::error::{Result, StorageContext};
@@ -231,10 +232,7 @@ fn check_blocks(
         .query_row("SELECT count(*) FROM blocks", [], |row| row.get(0))
         .ctx("counting blocks")?;
     let mut stmt = conn
-        .prepare(
-            "SELECT b.id, b.hash, b.refcount, b.raw_len, b.codec, b.stored_len, d.data
-             FROM blocks b LEFT JOIN block_data d ON d.id = b.id",
-        )
+        .prepare("SELECT id, hash, refcount, raw_len, codec, stored_len FROM blocks")
         .ctx("checking blocks")?;
     let mut rows = stmt.query([]).ctx("checking blocks")?;
     let mut stored_sum: u64 = 0;
@@ -246,12 +244,9 @@ fn check_blocks(
         let raw_len: i64 = row.get(3).ctx("checking blocks")?;
         let codec: i64 = row.get(4).ctx("checking blocks")?;
         let stored_len: i64 = row.get(5).ctx("checking blocks")?;
-        let data = match row.get_ref(6).ctx("checking blocks")? {
-            rusqlite::types::ValueRef::Blob(data) => data,
-            _ => {
-                report.problem(format!("block {id}: no data"));
-                continue;
-            }
+        let Some(data) = block_store::get(conn, id)? else {
+            report.problem(format!("block {id}: no data"));
+            continue;
         };
         if data.len() as i64 != stored_len {
             report.problem(format!(
@@ -273,7 +268,7 @@ fn check_blocks(
         }
         let verified = BlockHash::from_slice(&hash).and_then(|hash| {
             let codec = Codec::from_code(codec)?;
-            block::decode_into(&hash, codec, raw_len.max(0) as usize, data, &mut out)
+            block::decode_into(&hash, codec, raw_len.max(0) as usize, &data, &mut out)
         });
         if let Err(err) = verified {
             report.problem(format!("block {id}: {err}"));
@@ -289,13 +284,7 @@ fn check_blocks(
         blocks_done: report.blocks,
         blocks_total: blocks_total as u64,
     });
-    let stray: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM block_data d WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.id = d.id)",
-            [],
-            |row| row.get(0),
-        )
-        .ctx("checking blocks")?;
+    let stray = block_store::count_without_block(conn)?;
     if stray > 0 {
         report.problem(format!("{stray} block data rows without a block"));
     }
@@ -493,10 +482,10 @@ fn id_counters(state: &StateRow) -> [IdCounter; 3] {
             column: "next_block",
             next: state.next_block,
             numbers: "block id",
-            // Extents name only blocks that exist, or `check_extents` says otherwise.
+            // Extents name only blocks that exist, or `check_extents` says otherwise;
+            // bytes stored without a block are reported on their own.
             largest_in_use: "SELECT max(m) FROM (
-                SELECT max(id) AS m FROM blocks UNION ALL SELECT max(id) FROM block_data
-                UNION ALL SELECT max(id) FROM loose_blocks)",
+                SELECT max(id) AS m FROM blocks UNION ALL SELECT max(id) FROM loose_blocks)",
         },
         IdCounter {
             column: "next_cookie",

@@ -22,6 +22,7 @@ use lru::LruCache;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::block::{self, BlockHash, Codec};
+use crate::block_store;
 use crate::chunker::Chunker;
 use crate::db::WriteTxn;
 use crate::error::{Error, Result, StorageContext};
@@ -113,8 +114,8 @@ pub(crate) struct ContentCtx<'a> {
     pub zstd_level: i32,
 }
 
-/// A block's hash, raw length, codec and stored bytes.
-type BlockRow = (Vec<u8>, i64, i64, Option<Vec<u8>>);
+/// A block's hash, raw length and codec.
+type BlockRow = (Vec<u8>, i64, i64);
 
 /// Reads, decodes and verifies block `id`.
 pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Result<Arc<[u8]>> {
@@ -122,21 +123,16 @@ pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Resu
         return Ok(bytes);
     }
     let row: Option<BlockRow> = conn
-        .prepare_cached(
-            "SELECT hash, raw_len, codec, (SELECT data FROM block_data WHERE id = ?1)
-             FROM blocks WHERE id = ?1",
-        )
+        .prepare_cached("SELECT hash, raw_len, codec FROM blocks WHERE id = ?1")
         .and_then(|mut stmt| {
-            stmt.query_row([id], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-            })
-            .optional()
+            stmt.query_row([id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                .optional()
         })
         .ctx("reading a block")?;
-    let Some((hash, raw_len, codec, data)) = row else {
+    let Some((hash, raw_len, codec)) = row else {
         return Err(Error::corrupt(format!("missing block {id}")));
     };
-    let Some(data) = data else {
+    let Some(data) = block_store::get(conn, id)? else {
         return Err(Error::corrupt(format!("block {id} has no data")));
     };
     let hash = BlockHash::from_slice(&hash)?;
@@ -309,8 +305,7 @@ pub(crate) fn retain_by_hash(txn: &WriteTxn<'_>, hash: &BlockHash) -> Result<Opt
     Ok(id)
 }
 
-/// Inserts a new block with one reference. Its bytes go to `block_data`, a table never
-/// updated: reference counts change in `blocks` without rewriting the data pages.
+/// Inserts a new block with one reference; its bytes go to the block store.
 pub(crate) fn insert_block(
     txn: &mut WriteTxn<'_>,
     hash: &BlockHash,
@@ -334,9 +329,7 @@ pub(crate) fn insert_block(
         ])
     })
     .ctx("storing a block")?;
-    txn.prepare_cached("INSERT INTO block_data (id, data) VALUES (?1, ?2)")
-        .and_then(|mut stmt| stmt.execute(params![id, &encoded.data[..]]))
-        .ctx("storing a block")?;
+    block_store::put(txn, id, &encoded.data)?;
     txn.stored_bytes += encoded.data.len() as u64;
     txn.written_bytes += encoded.data.len() as u64;
     Ok(id)
@@ -366,9 +359,7 @@ pub(crate) fn release_block(txn: &mut WriteTxn<'_>, cache: &BlockCache, id: i64)
         txn.prepare_cached("DELETE FROM blocks WHERE id = ?1")
             .and_then(|mut stmt| stmt.execute([id]))
             .ctx("deleting a block")?;
-        txn.prepare_cached("DELETE FROM block_data WHERE id = ?1")
-            .and_then(|mut stmt| stmt.execute([id]))
-            .ctx("deleting a block")?;
+        block_store::delete(txn, id)?;
         txn.stored_bytes -= stored as u64;
         cache.forget(id);
     }

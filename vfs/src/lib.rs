@@ -18,6 +18,7 @@
 mod access;
 mod base;
 mod block;
+mod block_store;
 mod change_page;
 mod changes;
 mod check;
