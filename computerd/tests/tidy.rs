@@ -38,7 +38,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("sync/src/sim/replicas.rs", "attempt_ended", 88),
     ("computerd/src/replica.rs", "run_sync", 87),
     ("vfs/src/check.rs", "check_blocks", 74),
-    ("vfs/src/workspace.rs", "copy_range", 85),
+    ("vfs/src/workspace.rs", "copy_range", 74),
     ("vfs/src/fs.rs", "resolve_in", 85),
     (
         "vfs/src/changes_full_scan.rs",

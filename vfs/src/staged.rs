@@ -532,6 +532,16 @@ impl Workspace {
         self.getattr(ino)
     }
 
+    /// Replaces the whole content of a staged file (`Fs::write_file`), in its staging
+    /// file as any write to it goes; a crash before ingestion keeps what that holds.
+    pub(crate) fn staged_replace(&self, staged: &StagedFile, data: &[u8]) -> Result<()> {
+        // As `staged_setattr`: change the file first, so that an ingestion under way
+        // sees the new version and leaves the file dirty.
+        staged.set_len(0)?;
+        staged.write_at(data, 0)?;
+        self.mark_changed(staged)
+    }
+
     /// While a staged file is dirty its size and times are the staging file's.
     pub(crate) fn staged_overlay(&self, attr: &mut Attr) -> bool {
         let Some(staged) = self.staged_entry(attr.ino) else {
@@ -712,6 +722,28 @@ impl Workspace {
             if idle_dirty {
                 self.ingest(&staged)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Ingests the dirty staged files in the tree at `top` as they are now, those open
+    /// for writing too (which stay dirty): a copy shares the store's blocks. Walks the
+    /// tree only if some staged file is dirty, which `settle_staged` leaves rare.
+    pub(crate) fn ingest_staged_under(&self, top: InodeNo) -> Result<()> {
+        let Some(staging) = self.staging() else {
+            return Ok(());
+        };
+        let dirty: Vec<Arc<StagedFile>> = staging
+            .snapshot()
+            .into_iter()
+            .filter(|staged| lock(&staged.state).dirty)
+            .collect();
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        let inside = self.db().read(|conn| nodes_under(conn, top))?;
+        for staged in dirty.iter().filter(|s| inside.contains(&s.ino)) {
+            self.ingest(staged)?;
         }
         Ok(())
     }
@@ -964,6 +996,26 @@ fn for_kernel(flags: OpenFlags, passthrough: bool) -> (OpenFlags, bool) {
         },
         passthrough && flags.read,
     )
+}
+
+/// The nodes of the tree at `top`, `top` included.
+fn nodes_under(
+    conn: &rusqlite::Connection,
+    top: InodeNo,
+) -> Result<std::collections::HashSet<InodeNo>> {
+    let mut nodes = std::collections::HashSet::from([top]);
+    let mut dirs = Vec::new();
+    if store::attr(conn, top)?.is_dir() {
+        dirs.push(top);
+    }
+    while let Some(dir) = dirs.pop() {
+        for entry in store::list(conn, dir, 0, usize::MAX)? {
+            if nodes.insert(entry.ino) && entry.kind == FileKind::Directory {
+                dirs.push(entry.ino);
+            }
+        }
+    }
+    Ok(nodes)
 }
 
 fn recycle(staging: &Staging, staged: Arc<StagedFile>) {

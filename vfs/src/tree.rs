@@ -42,6 +42,15 @@ impl Workspace {
                 store::store_attr(txn, &attr)
             });
         };
+        // While staged, the staging file is the content: every open reads it and its
+        // ingestion would put it back over the database's.
+        if let Some(staged) = self.staged_entry(ino) {
+            if self.pin_staged(&staged) {
+                let result = self.staged_replace(&staged, data);
+                self.unpin_staged(&staged);
+                return result;
+            }
+        }
         let open = self.acquire(ino);
         let result = (|| {
             let mut state = lock(&open.state);
@@ -192,9 +201,11 @@ impl Workspace {
         name: &[u8],
         owner: NewNode,
     ) -> Result<()> {
-        // Buffered writes and staged files must be in the blocks we are about to share.
+        // Buffered writes and staged files must be in the blocks we are about to share,
+        // those still open for writing too (as they are now).
         self.commit_all()?;
         self.settle_staged()?;
+        self.ingest_staged_under(src)?;
         let now = self.now();
         self.db().write(|txn| {
             Workspace::check_new_entry(txn, parent, name)?;

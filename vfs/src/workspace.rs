@@ -1616,8 +1616,10 @@ impl Workspace {
         len: u64,
     ) -> Result<u64> {
         self.write_gate().pass()?;
+        self.check_copy_ranges((fh_in, offset_in), (fh_out, offset_out), len)?;
         let staged_in = self.handle_staged(fh_in)?;
         let staged_out = self.handle_staged(fh_out)?;
+        let src_staged = staged_in.is_some();
         if staged_in.is_some() || staged_out.is_some() {
             let copied = self.staged_copy_range(
                 (fh_in, staged_in),
@@ -1631,16 +1633,8 @@ impl Workspace {
             }
         }
         let (src, _) = self.handle(fh_in)?;
-        let (dst, dst_flags) = self.handle(fh_out)?;
-        if !dst_flags.write {
-            return Err(kind::BadHandle());
-        }
-        let src_size = {
-            let mut state = lock(&src.state);
-            self.load_state(src.ino, &mut state)?;
-            self.commit_locked(src.ino, &mut state, false)?;
-            state.size
-        };
+        let (dst, _) = self.handle(fh_out)?;
+        let src_size = self.copy_source_size(&src, src_staged)?;
         let len = len.min(src_size.saturating_sub(offset_in));
         if len == 0 {
             return Ok(0);
@@ -1682,15 +1676,51 @@ impl Workspace {
             if bytes.is_empty() {
                 break;
             }
-            let out_flags = OpenFlags {
-                append: false,
-                ..dst_flags
-            };
-            let _ = out_flags;
             self.write_at_unappended(&dst, offset_out + done, &bytes)?;
             done += bytes.len() as u64;
         }
         Ok(done)
+    }
+
+    /// The size of a copy's source, its buffered writes committed so that its blocks are
+    /// its content. A staged source was ingested by `staged_copy_range`; its buffer
+    /// state is never loaded (it would go stale, and getattr would believe it).
+    fn copy_source_size(&self, src: &Arc<OpenInode>, staged: bool) -> Result<u64> {
+        if staged {
+            return Ok(self.getattr(src.ino)?.size);
+        }
+        let mut state = lock(&src.state);
+        self.load_state(src.ino, &mut state)?;
+        self.commit_locked(src.ino, &mut state, false)?;
+        Ok(state.size)
+    }
+
+    /// What copy_file_range(2) refuses before any filesystem sees the copy: an output
+    /// not open for writing, and overlapping ranges of one file (the length cut at the
+    /// source's end first). Both ways of copying then agree: a staging file's copy
+    /// would be refused by the host, and the buffer's would run.
+    fn check_copy_ranges(
+        &self,
+        (fh_in, offset_in): (FileHandle, u64),
+        (fh_out, offset_out): (FileHandle, u64),
+        len: u64,
+    ) -> Result<()> {
+        let (src, _) = self.handle(fh_in)?;
+        let (dst, dst_flags) = self.handle(fh_out)?;
+        if !dst_flags.write {
+            return Err(kind::BadHandle());
+        }
+        if src.ino != dst.ino {
+            return Ok(());
+        }
+        let size = self.getattr(src.ino)?.size;
+        let count = len.min(size.saturating_sub(offset_in));
+        if offset_out < offset_in.saturating_add(count)
+            && offset_in < offset_out.saturating_add(count)
+        {
+            return Err(Error::invalid("overlapping ranges of one file"));
+        }
+        Ok(())
     }
 
     fn write_at_unappended(&self, open: &Arc<OpenInode>, offset: u64, data: &[u8]) -> Result<()> {

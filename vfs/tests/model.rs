@@ -15,6 +15,24 @@
 //! at the end, letting buffers live across operations; the comparison itself reads files
 //! with open handles through those handles, since closing one commits.
 //!
+//! The staged path, a mount's default write path, is one more way to write the same
+//! content. Most cases open the store with staging on, and `KernelOpen`/`KernelCreate`
+//! open files as the FUSE daemon does with passthrough (`Workspace::open_for_kernel`,
+//! `create_for_kernel`). Where the store hands back a staging file, the test plays the
+//! kernel: reads and writes on that handle go to the file directly (`pread`/`pwrite`,
+//! O_APPEND at its end, nothing without write access), while what the kernel still sends
+//! the daemon (setattr for truncation, getattr, fsync, fallocate, copy_file_range,
+//! release) goes to the store. The store may serve such an open through the write buffer
+//! instead (the inode is open that way already, it is larger than `stage_size_max`, the
+//! pool is empty), and every other open of a staged inode shares its staging file; the
+//! model cares about neither, and the path API, buffered handles, renames, links and
+//! unlinks interleave freely. Staged files are ingested by `check`, by `Sync` (after which
+//! a read-only open of the database, which sees no staging file, must hold every file no
+//! handle holds exactly as the model has it), by fsync, by a copy, by the background
+//! worker, and at a reopen: `Reopen` drops the workspace with files still staged (open
+//! for writing, or written and not ingested when `check` runs only at reopens), the case
+//! of a crash before ingestion, and the next open must ingest them.
+//!
 //! Operations are generated with index-style arguments (`P`: pick among the existing
 //! paths, optionally adding a fresh name) so most of them are valid, then resolved into
 //! concrete commands (`Cmd`) against the model. A failure prints the concrete commands;
@@ -24,11 +42,13 @@
 
 use computer_vfs::Who;
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use computer_vfs::{
-    ChunkSizes, Error, FileHandle, FileKind, Fs, MkdirOptions, NewNode, OpenFlags, Options, Quota,
-    RenameFlags, RmOptions, SetAttr, Workspace, XattrSet,
+    ChunkSizes, Error, FileHandle, FileKind, Fs, InodeNo, MkdirOptions, NewNode, OpenFlags, Opened,
+    Options, Quota, RenameFlags, RmOptions, SetAttr, StagedFile, Workspace, XattrSet,
 };
 use proptest::prelude::*;
 
@@ -738,8 +758,9 @@ impl Model {
             Cmd::Stat(path) => Ok(self.attr(self.existing(path, true)?)),
             Cmd::Lstat(path) => Ok(self.attr(self.existing(path, false)?)),
             Cmd::ReadRange(path, offset, len) => self.read_range(path, *offset, *len),
-            Cmd::Open(path, flags) => self.open(path, *flags),
-            Cmd::Create(path, flags) => {
+            // However the store serves an open (buffered or staged), the file is the same.
+            Cmd::Open(path, flags) | Cmd::KernelOpen(path, flags) => self.open(path, *flags),
+            Cmd::Create(path, flags) | Cmd::KernelCreate(path, flags) => {
                 let (parent, name) = split(path);
                 self.create(&parent, &name, *flags)
             }
@@ -764,8 +785,13 @@ impl Model {
                 if !self.handles[*ho].1.write {
                     return Err(libc::EBADF);
                 }
-                let bytes = slice(self.data(self.handles[*hi].0), *off_in, *len as usize);
-                let dst = self.handles[*ho].0;
+                let (src, dst) = (self.handles[*hi].0, self.handles[*ho].0);
+                let bytes = slice(self.data(src), *off_in, *len as usize);
+                // copy_file_range(2): overlapping ranges of one file are EINVAL.
+                let count = bytes.len() as u64;
+                if src == dst && *off_out < off_in + count && *off_in < off_out + count {
+                    return Err(libc::EINVAL);
+                }
                 self.write_bytes(dst, *off_out, &bytes);
                 Ok(Out::N(bytes.len() as u64))
             }
@@ -791,7 +817,7 @@ impl Model {
             Cmd::SetXattr(path, name, value, mode) => self.set_xattr(path, name, value, *mode),
             Cmd::GetXattr(path, name) => self.get_xattr(path, name),
             Cmd::RemoveXattr(path, name) => self.remove_xattr(path, name),
-            Cmd::Compact => Ok(Out::Unit),
+            Cmd::Compact | Cmd::Sync => Ok(Out::Unit),
             Cmd::Reopen => {
                 // Closing the workspace closes every handle; what they wrote stays.
                 self.handles.clear();
@@ -973,6 +999,10 @@ enum Cmd {
     Open(String, Flags),
     /// `Workspace::create` in the parent directory.
     Create(String, Flags),
+    /// `Workspace::open_for_kernel` with passthrough, as the FUSE daemon opens a file.
+    KernelOpen(String, Flags),
+    /// `Workspace::create_for_kernel` with passthrough, as the FUSE daemon creates one.
+    KernelCreate(String, Flags),
     /// Handle operations take an index into the open handles.
     HWrite(usize, u64, Data),
     HRead(usize, u64, usize),
@@ -993,8 +1023,11 @@ enum Cmd {
     SetXattr(String, String, Vec<u8>, XattrSet),
     GetXattr(String, String),
     RemoveXattr(String, String),
-    /// Drop the workspace and open the database again.
+    /// Drop the workspace and open the database again. Files still staged (written and
+    /// not ingested, or open for writing) are ingested by the next open.
     Reopen,
+    /// `Workspace::sync`: ingests every staged file no writer holds, commits buffers.
+    Sync,
     /// Gives free pages back to the file system: changes no file.
     Compact,
     /// Set (or clear) the inode quota.
@@ -1107,7 +1140,16 @@ struct Real {
     path: PathBuf,
     options: Options,
     ws: Option<Workspace>,
-    handles: Vec<FileHandle>,
+    handles: Vec<Handle>,
+}
+
+/// An open handle, as the model's handle of the same index.
+struct Handle {
+    fh: FileHandle,
+    flags: Flags,
+    /// The staging file handed over with an open for the kernel: the kernel reads and
+    /// writes it directly, and so does the test on its behalf.
+    staged: Option<Arc<StagedFile>>,
 }
 
 fn kind_of(kind: FileKind) -> Kind {
@@ -1134,9 +1176,12 @@ fn open_flags(flags: Flags) -> OpenFlags {
 }
 
 impl Real {
-    fn new(options: Options) -> Real {
+    /// A new workspace; with `staging`, in `<db>.staging` beside the database (where a
+    /// workspace opened without staging also looks for files to recover).
+    fn new(mut options: Options, staging: bool) -> Real {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ws.db");
+        options.staging_dir = staging.then(|| dir.path().join("ws.db.staging"));
         let ws = Workspace::open(&path, options.clone()).unwrap();
         Real {
             _dir: dir,
@@ -1153,6 +1198,89 @@ impl Real {
 
     fn fs(&self) -> Fs {
         self.ws().fs()
+    }
+
+    fn fh(&self, h: usize) -> FileHandle {
+        self.handles[h].fh
+    }
+
+    /// Opens the node at `path` as the FUSE daemon does, with passthrough on.
+    fn kernel_open(&mut self, path: &str, flags: Flags) -> R<Out> {
+        let ws = self.ws().clone();
+        let ino = ws.fs().stat(path).map_err(errno)?.ino;
+        let opened = ws
+            .open_for_kernel(Who::Trusted, ino, open_flags(flags), true)
+            .map_err(errno)?;
+        self.add_kernel_handle(ino, flags, opened);
+        Ok(Out::Unit)
+    }
+
+    /// Creates a file as the FUSE daemon does, with passthrough on.
+    fn kernel_create(&mut self, path: &str, flags: Flags) -> R<Out> {
+        let ws = self.ws().clone();
+        let (parent, name) = split(path);
+        let dir = ws.fs().stat(&parent).map_err(errno)?.ino;
+        let (attr, opened) = ws
+            .create_for_kernel(
+                Who::Trusted,
+                dir,
+                name.as_bytes(),
+                NewNode::new(0o600),
+                open_flags(flags),
+                true,
+            )
+            .map_err(errno)?;
+        self.add_kernel_handle(attr.ino, flags, opened);
+        Ok(Out::Unit)
+    }
+
+    /// Keeps a handle opened for the kernel. Once an inode is staged every open of it
+    /// shares its one staging file (`staged.rs`), so the kernel sees one file.
+    fn add_kernel_handle(&mut self, ino: InodeNo, flags: Flags, opened: Opened) {
+        let staged_before = self
+            .handles
+            .iter()
+            .filter_map(|other| other.staged.as_ref())
+            .find(|theirs| theirs.inode() == ino);
+        if let Some(theirs) = staged_before {
+            let shared = opened
+                .staged
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, theirs));
+            assert!(
+                shared,
+                "{ino} is staged, but a new open of it has another file"
+            );
+        }
+        self.handles.push(Handle {
+            fh: opened.handle,
+            flags,
+            staged: opened.staged,
+        });
+    }
+
+    fn h_write(&self, h: usize, offset: u64, data: &Data) -> R<Out> {
+        let handle = &self.handles[h];
+        match &handle.staged {
+            Some(staged) => kernel_write(staged, handle.flags, offset, &data.bytes()),
+            None => self
+                .ws()
+                .write(handle.fh, offset, &data.bytes())
+                .map(|n| Out::N(n as u64))
+                .map_err(errno),
+        }
+    }
+
+    fn h_read(&self, h: usize, offset: u64, len: usize) -> R<Out> {
+        let handle = &self.handles[h];
+        match &handle.staged {
+            Some(staged) => kernel_read(staged, offset, len),
+            None => self
+                .ws()
+                .read(handle.fh, offset, len)
+                .map(Out::Data)
+                .map_err(errno),
+        }
     }
 
     fn attr_out(attr: computer_vfs::Attr) -> Out {
@@ -1231,7 +1359,11 @@ impl Real {
             Cmd::Open(path, flags) => {
                 let ino = fs.stat(path).map_err(errno)?.ino;
                 let fh = ws.open_file(ino, open_flags(*flags)).map_err(errno)?;
-                self.handles.push(fh);
+                self.handles.push(Handle {
+                    fh,
+                    flags: *flags,
+                    staged: None,
+                });
                 Ok(Out::Unit)
             }
             Cmd::Create(path, flags) => {
@@ -1246,25 +1378,27 @@ impl Real {
                         open_flags(*flags),
                     )
                     .map_err(errno)?;
-                self.handles.push(fh);
+                self.handles.push(Handle {
+                    fh,
+                    flags: *flags,
+                    staged: None,
+                });
                 Ok(Out::Unit)
             }
-            Cmd::HWrite(h, offset, data) => ws
-                .write(self.handles[*h], *offset, &data.bytes())
-                .map(|n| Out::N(n as u64))
-                .map_err(errno),
-            Cmd::HRead(h, offset, len) => ws
-                .read(self.handles[*h], *offset, *len)
-                .map(Out::Data)
-                .map_err(errno),
-            Cmd::HFlush(h) => unit(ws.flush(self.handles[*h])),
-            Cmd::HFsync(h) => unit(ws.fsync(self.handles[*h])),
+            Cmd::KernelOpen(path, flags) => self.kernel_open(path, *flags),
+            Cmd::KernelCreate(path, flags) => self.kernel_create(path, *flags),
+            Cmd::HWrite(h, offset, data) => self.h_write(*h, *offset, data),
+            Cmd::HRead(h, offset, len) => self.h_read(*h, *offset, *len),
+            // The kernel sends flush, fsync, setattr, getattr, fallocate, copy_file_range
+            // and release to the daemon for a passthrough file too.
+            Cmd::HFlush(h) => unit(ws.flush(self.fh(*h))),
+            Cmd::HFsync(h) => unit(ws.fsync(self.fh(*h))),
             Cmd::HRelease(h) => {
-                let fh = self.handles.remove(*h);
-                unit(ws.release(fh))
+                let handle = self.handles.remove(*h);
+                unit(ws.release(handle.fh))
             }
             Cmd::HSetSize(h, len) => {
-                let ino = ws.handle_inode(self.handles[*h]).map_err(errno)?;
+                let ino = ws.handle_inode(self.fh(*h)).map_err(errno)?;
                 let changes = SetAttr {
                     size: Some(*len),
                     ..Default::default()
@@ -1274,21 +1408,15 @@ impl Real {
                     .map_err(errno)
             }
             Cmd::HStat(h) => {
-                let ino = ws.handle_inode(self.handles[*h]).map_err(errno)?;
+                let ino = ws.handle_inode(self.fh(*h)).map_err(errno)?;
                 ws.getattr(ino).map(Real::attr_out).map_err(errno)
             }
             Cmd::HCopyRange(hi, off_in, ho, off_out, len) => ws
-                .copy_range(
-                    self.handles[*hi],
-                    *off_in,
-                    self.handles[*ho],
-                    *off_out,
-                    *len,
-                )
+                .copy_range(self.fh(*hi), *off_in, self.fh(*ho), *off_out, *len)
                 .map(Out::N)
                 .map_err(errno),
             Cmd::HAllocate(h, offset, len, keep_size) => {
-                unit(ws.allocate(self.handles[*h], *offset, *len, *keep_size))
+                unit(ws.allocate(self.fh(*h), *offset, *len, *keep_size))
             }
             Cmd::Replace(path, pieces, commit) => {
                 let mut replacement = fs.create_replace(path).map_err(errno)?;
@@ -1329,14 +1457,16 @@ impl Real {
                 unit(ws.removexattr(Who::Trusted, ino, name.as_bytes()))
             }
             Cmd::Compact => unit(ws.compact(&mut |_| {}).map(drop)),
+            Cmd::Sync => unit(ws.sync()),
             Cmd::SetQuota(max) => unit(ws.set_quota(Quota {
                 bytes_max: None,
                 inodes_max: *max,
             })),
             Cmd::Reopen => {
+                // Handles on staged files are dropped unreleased, as a crash leaves them.
+                self.handles.clear();
                 drop(fs);
                 drop(ws);
-                self.handles.clear();
                 self.ws = None;
                 let ws = Workspace::open(&self.path, self.options.clone()).map_err(errno)?;
                 self.ws = Some(ws);
@@ -1346,72 +1476,125 @@ impl Real {
     }
 
     fn snapshot(&self) -> Snapshot {
-        let fs = self.fs();
-        let ws = self.ws();
-        let mut tree = BTreeMap::new();
-        let mut inos = BTreeMap::new();
-        // Files with open handles are read through them: closing a handle (as
-        // `read_file` does) commits the buffered writes of its inode, and the comparison
-        // must not change what it compares.
-        let open: BTreeMap<_, _> = self
-            .handles
-            .iter()
-            .map(|&fh| (ws.handle_inode(fh).unwrap(), fh))
-            .collect();
-        let mut stack = vec!["/".to_string()];
-        while let Some(path) = stack.pop() {
-            let attr = fs.lstat(&path).unwrap();
-            let content = match attr.kind {
-                FileKind::File => match open.get(&attr.ino) {
-                    Some(&fh) => ws.read(fh, 0, attr.size as usize + 1).unwrap(),
-                    None => fs.read_file(&path).unwrap(),
-                },
-                FileKind::Symlink => fs.readlink(&path).unwrap().into_bytes(),
-                FileKind::Directory => {
-                    for entry in fs.readdir(&path).unwrap() {
-                        stack.push(join(&path, &entry.name_lossy()));
-                    }
-                    Vec::new()
-                }
-                other => panic!("unexpected node kind {other:?}"),
-            };
-            let mut xattrs = BTreeMap::new();
-            for name in ws.listxattr(attr.ino).unwrap() {
-                let value = ws.getxattr(Who::Trusted, attr.ino, &name).unwrap();
-                xattrs.insert(String::from_utf8(name).unwrap(), value);
-            }
-            inos.insert(path.clone(), attr.ino);
-            tree.insert(
-                path.clone(),
-                Entry {
-                    kind: kind_of(attr.kind),
-                    perm: attr.perm,
-                    nlink: attr.nlink,
-                    size: attr.size,
-                    content,
-                    xattrs,
-                    same_as: path,
-                },
-            );
-        }
-        let mut first_path = BTreeMap::new();
-        for (path, entry) in tree.iter_mut() {
-            entry.same_as = first_path
-                .entry(inos[path])
-                .or_insert_with(|| path.clone())
-                .clone();
-        }
-        let handles = self
-            .handles
-            .iter()
-            .map(|&fh| {
-                let attr = ws.getattr(ws.handle_inode(fh).unwrap()).unwrap();
-                let data = ws.read(fh, 0, attr.size as usize + 1).unwrap();
-                (attr.nlink, data)
-            })
-            .collect();
-        Snapshot { tree, handles }
+        let fhs: Vec<FileHandle> = self.handles.iter().map(|h| h.fh).collect();
+        snapshot_of(self.ws(), &fhs)
     }
+
+    /// The tree as the database holds it, read by a read-only open beside this one: no
+    /// staging file, no buffer, only what is committed.
+    fn stored_snapshot(&self) -> Snapshot {
+        let options = Options {
+            create: false,
+            read_only: true,
+            ..self.options.clone()
+        };
+        let ws = Workspace::open(&self.path, options).unwrap();
+        snapshot_of(&ws, &[])
+    }
+}
+
+/// A write as the kernel makes it into the staging file of a passthrough open: not at
+/// all without write access, at the end of the file with O_APPEND.
+fn kernel_write(staged: &StagedFile, flags: Flags, offset: u64, bytes: &[u8]) -> R<Out> {
+    if !flags.write {
+        return Err(libc::EBADF);
+    }
+    let file = staged.file();
+    let offset = if flags.append {
+        file.metadata().map_err(io_errno)?.len()
+    } else {
+        offset
+    };
+    file.write_all_at(bytes, offset).map_err(io_errno)?;
+    Ok(Out::N(bytes.len() as u64))
+}
+
+/// A read as the kernel makes it from the staging file of a passthrough open.
+fn kernel_read(staged: &StagedFile, offset: u64, len: usize) -> R<Out> {
+    let mut buf = vec![0; len];
+    let mut done = 0;
+    while done < len {
+        match staged
+            .file()
+            .read_at(&mut buf[done..], offset + done as u64)
+        {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(err) => return Err(io_errno(err)),
+        }
+    }
+    buf.truncate(done);
+    Ok(Out::Data(buf))
+}
+
+fn io_errno(err: std::io::Error) -> i32 {
+    err.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// The whole tree of `ws`, and the content of each handle in `handles`.
+fn snapshot_of(ws: &Workspace, handles: &[FileHandle]) -> Snapshot {
+    let fs = ws.fs();
+    let mut tree = BTreeMap::new();
+    let mut inos = BTreeMap::new();
+    // Files with open handles are read through them: closing a handle (as `read_file`
+    // does) commits the buffered writes of its inode, and the comparison must not
+    // change what it compares.
+    let open: BTreeMap<_, _> = handles
+        .iter()
+        .map(|&fh| (ws.handle_inode(fh).unwrap(), fh))
+        .collect();
+    let mut stack = vec!["/".to_string()];
+    while let Some(path) = stack.pop() {
+        let attr = fs.lstat(&path).unwrap();
+        let content = match attr.kind {
+            FileKind::File => match open.get(&attr.ino) {
+                Some(&fh) => ws.read(fh, 0, attr.size as usize + 1).unwrap(),
+                None => fs.read_file(&path).unwrap(),
+            },
+            FileKind::Symlink => fs.readlink(&path).unwrap().into_bytes(),
+            FileKind::Directory => {
+                for entry in fs.readdir(&path).unwrap() {
+                    stack.push(join(&path, &entry.name_lossy()));
+                }
+                Vec::new()
+            }
+            other => panic!("unexpected node kind {other:?}"),
+        };
+        let mut xattrs = BTreeMap::new();
+        for name in ws.listxattr(attr.ino).unwrap() {
+            let value = ws.getxattr(Who::Trusted, attr.ino, &name).unwrap();
+            xattrs.insert(String::from_utf8(name).unwrap(), value);
+        }
+        inos.insert(path.clone(), attr.ino);
+        tree.insert(
+            path.clone(),
+            Entry {
+                kind: kind_of(attr.kind),
+                perm: attr.perm,
+                nlink: attr.nlink,
+                size: attr.size,
+                content,
+                xattrs,
+                same_as: path,
+            },
+        );
+    }
+    let mut first_path = BTreeMap::new();
+    for (path, entry) in tree.iter_mut() {
+        entry.same_as = first_path
+            .entry(inos[path])
+            .or_insert_with(|| path.clone())
+            .clone();
+    }
+    let handles = handles
+        .iter()
+        .map(|&fh| {
+            let attr = ws.getattr(ws.handle_inode(fh).unwrap()).unwrap();
+            let data = ws.read(fh, 0, attr.size as usize + 1).unwrap();
+            (attr.nlink, data)
+        })
+        .collect();
+    Snapshot { tree, handles }
 }
 
 // =====================================================================================
@@ -1426,6 +1609,11 @@ struct Config {
     /// `check()` commits buffered writes, so checking after every operation never lets
     /// buffers live across operations; some cases check only at the end.
     check_every_op: bool,
+    /// Stage files opened for the kernel with passthrough (as a mount does).
+    staging: bool,
+    /// Files larger than this are written through the buffer even when opened for the
+    /// kernel with passthrough.
+    stage_size_max: u64,
 }
 
 impl Config {
@@ -1434,6 +1622,7 @@ impl Config {
             dirty_file_bytes_max: self.dirty_file_bytes_max,
             dirty_total_bytes_max: 2 * self.dirty_file_bytes_max,
             block_cache_bytes: 1 << 20,
+            stage_size_max: self.stage_size_max,
             ..Options::default()
         };
         if self.small_chunks {
@@ -1451,7 +1640,14 @@ const SMALL: Config = Config {
     small_chunks: true,
     dirty_file_bytes_max: 8 << 20,
     check_every_op: true,
+    staging: true,
+    stage_size_max: STAGE_SIZE_MAX,
 };
+
+/// `Options::stage_size_max` of most cases: larger than any file here.
+const STAGE_SIZE_MAX: u64 = 4 << 30;
+/// ... and of some others: many files here are larger.
+const STAGE_SIZE_SMALL: u64 = 16 << 10;
 
 fn check(real: &Real, trace: &str) {
     let report = real.ws().check().unwrap();
@@ -1459,6 +1655,34 @@ fn check(real: &Real, trace: &str) {
         report.is_ok(),
         "check() failed after:\n{trace}problems: {:#?}",
         report.problems
+    );
+}
+
+/// After `Sync`, every file nobody has open is in the database as the model has it (the
+/// comparison through the workspace reads staging files, which may hide what the
+/// database lacks).
+fn check_stored(model: &Model, real: &Real, trace: &str) {
+    let open: BTreeSet<Ino> = model.handles.iter().map(|h| h.0).collect();
+    let held: BTreeSet<String> = model
+        .paths()
+        .into_iter()
+        .filter(|(_, ino)| open.contains(ino))
+        .map(|(path, _)| path)
+        .collect();
+    let without_held = |snapshot: Snapshot| Snapshot {
+        tree: snapshot
+            .tree
+            .into_iter()
+            .filter(|(path, _)| !held.contains(path))
+            .collect(),
+        handles: Vec::new(),
+    };
+    let expected = without_held(model.snapshot());
+    let stored = without_held(real.stored_snapshot());
+    assert!(
+        expected == stored,
+        "the database differs after sync:\n{trace}{}",
+        describe_diff(&expected, &stored)
     );
 }
 
@@ -1490,7 +1714,7 @@ fn prelude() -> Vec<Step> {
 
 fn run(config: &Config, steps: impl IntoIterator<Item = Step>) {
     let mut model = Model::new();
-    let mut real = Real::new(config.options());
+    let mut real = Real::new(config.options(), config.staging);
     let mut trace = format!("config: {config:?}\n");
     for step in steps {
         let cmd = match step {
@@ -1510,6 +1734,9 @@ fn run(config: &Config, steps: impl IntoIterator<Item = Step>) {
             "state differs after:\n{trace}{}",
             describe_diff(&m, &r)
         );
+        if matches!(cmd, Cmd::Sync) {
+            check_stored(&model, &real, &trace);
+        }
         if config.check_every_op || matches!(cmd, Cmd::Reopen) {
             check(&real, &trace);
         }
@@ -1617,6 +1844,8 @@ enum Op {
     ReadRange(P, u32, u16),
     Open(P, u8),
     Create(P, u8),
+    KernelOpen(P, u8),
+    KernelCreate(P, u8),
     HWrite(u8, u32, Data),
     HRead(u8, u32, u16),
     HFlush(u8),
@@ -1632,6 +1861,7 @@ enum Op {
     GetXattr(P, u8),
     RemoveXattr(P, u8),
     Reopen,
+    Sync,
     Compact,
     SetQuota(u8),
 }
@@ -1718,7 +1948,12 @@ impl Op {
                 class: Class::Files,
                 stray: false,
             };
-            return Cmd::Open(p.resolve(model), flags_of(h / 8));
+            let (path, flags) = (p.resolve(model), flags_of(h / 8));
+            return if h & 0x40 != 0 {
+                Cmd::KernelOpen(path, flags)
+            } else {
+                Cmd::Open(path, flags)
+            };
         }
         let handle_size = |h: usize| model.size(model.handles[h].0);
         match self {
@@ -1761,6 +1996,8 @@ impl Op {
             }
             Op::Open(p, bits) => Cmd::Open(p.resolve(model), flags_of(bits)),
             Op::Create(p, bits) => Cmd::Create(p.resolve(model), flags_of(bits)),
+            Op::KernelOpen(p, bits) => Cmd::KernelOpen(p.resolve(model), flags_of(bits)),
+            Op::KernelCreate(p, bits) => Cmd::KernelCreate(p.resolve(model), flags_of(bits)),
             Op::HWrite(h, off, data) => match handle(h) {
                 Some(h) => Cmd::HWrite(h, around(handle_size(h), off), data),
                 None => Cmd::BadHandle,
@@ -1809,6 +2046,7 @@ impl Op {
                 Cmd::RemoveXattr(p.resolve(model), XATTRS[name as usize % 3].into())
             }
             Op::Reopen => Cmd::Reopen,
+            Op::Sync => Cmd::Sync,
             Op::Compact => Cmd::Compact,
             // A few nodes more than there are now, or none.
             Op::SetQuota(k) => {
@@ -1875,6 +2113,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => (file(), any::<u32>(), any::<u16>()).prop_map(|(p, o, l)| Op::ReadRange(p, o, l)),
         3 => (file(), any::<u8>()).prop_map(|(p, f)| Op::Open(p, f)),
         2 => (new(), any::<u8>()).prop_map(|(p, f)| Op::Create(p, f)),
+        4 => (file(), any::<u8>()).prop_map(|(p, f)| Op::KernelOpen(p, f)),
+        3 => (new(), any::<u8>()).prop_map(|(p, f)| Op::KernelCreate(p, f)),
         7 => (h(), any::<u32>(), data_strategy()).prop_map(|(h, o, d)| Op::HWrite(h, o, d)),
         2 => (h(), any::<u32>(), any::<u16>()).prop_map(|(h, o, l)| Op::HRead(h, o, l)),
         1 => h().prop_map(Op::HFlush),
@@ -1895,6 +2135,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (any_path(), any::<u8>()).prop_map(|(p, n)| Op::GetXattr(p, n)),
         1 => (any_path(), any::<u8>()).prop_map(|(p, n)| Op::RemoveXattr(p, n)),
         2 => Just(Op::Reopen),
+        1 => Just(Op::Sync),
         1 => Just(Op::Compact),
         1 => any::<u8>().prop_map(Op::SetQuota),
     ]
@@ -1927,11 +2168,15 @@ proptest! {
         dirty_small in any::<bool>(),
         check_every_op in prop::bool::weighted(0.75),
         with_prelude in prop::bool::weighted(0.8),
+        staging in prop::bool::weighted(0.8),
+        stage_small in prop::bool::weighted(0.25),
     ) {
         let config = Config {
             small_chunks: true,
             dirty_file_bytes_max: if dirty_small { 3000 } else { 8 << 20 },
             check_every_op,
+            staging,
+            stage_size_max: if stage_small { STAGE_SIZE_SMALL } else { STAGE_SIZE_MAX },
         };
         let start = if with_prelude { prelude() } else { Vec::new() };
         run(&config, start.into_iter().chain(ops.into_iter().map(Step::Op)));
@@ -1948,6 +2193,8 @@ proptest! {
             small_chunks: false,
             dirty_file_bytes_max: 8 << 20,
             check_every_op: true,
+            staging: true,
+            stage_size_max: STAGE_SIZE_MAX,
         };
         run(&config, prelude().into_iter().chain(ops.into_iter().map(Step::Op)));
     }
@@ -2047,6 +2294,98 @@ fn regression_buffered_writes_survive_close() {
             HSetSize(0, 60_000),
             HWrite(0, 10, d(10, 3, 0)),
             Reopen,
+        ],
+    );
+}
+
+/// `Fs::write_file` over a staged file changed the database only. While a file is staged
+/// its staging file is its content: every open (the handle here, later ones) read the
+/// old bytes there, and ingesting the file put them back over the new ones.
+#[test]
+fn regression_write_file_over_staged_file() {
+    use Cmd::*;
+    run_cmds(
+        &SMALL,
+        [
+            // Open for writing through its staging file.
+            KernelCreate("/f".into(), RW),
+            HWrite(0, 0, d(100, 0, 1)),
+            WriteFile("/f".into(), d(10, 1, 0)),
+            HRelease(0),
+            // Ingested: clean, and kept as a cache that the next open shares.
+            Sync,
+            WriteFile("/f".into(), d(20, 3, 1)),
+            ReadRange("/f".into(), 0, 100),
+            Reopen,
+        ],
+    );
+}
+
+/// `Fs::copy` of a file open for writing through its staging file shared the blocks the
+/// store had before the open (here, before it truncated the file), not what the file
+/// held: a copy ingested only the staged files no writer held.
+#[test]
+fn regression_copy_of_staged_file_open_for_writing() {
+    use Cmd::*;
+    let truncate = Flags {
+        truncate: true,
+        ..RW
+    };
+    run_cmds(
+        &SMALL,
+        [
+            WriteFile("/f".into(), d(3000, 0, 0)),
+            KernelOpen("/f".into(), truncate),
+            Copy("/f".into(), "/g".into(), false),
+            HWrite(0, 100, d(5000, 1, 0)),
+            // The file deeper in a copied tree, under another name.
+            Mkdir("/d".into(), false),
+            Link("/f".into(), "/d/f".into()),
+            Copy("/d".into(), "/e".into(), true),
+            Reopen,
+        ],
+    );
+}
+
+/// copy_file_range(2) refuses overlapping ranges of one file with EINVAL. A staged file
+/// did (the host's copy between staging files refused), a buffered one copied.
+#[test]
+fn regression_copy_range_overlapping_in_one_file() {
+    use Cmd::*;
+    run_cmds(
+        &SMALL,
+        [
+            WriteFile("/f".into(), d(3000, 0, 0)),
+            Open("/f".into(), RW),
+            HCopyRange(0, 0, 0, 1000, 3000),
+            // Side by side, and past the end (the length is cut there first): no overlap.
+            HCopyRange(0, 0, 0, 3000, 3000),
+            HCopyRange(0, 5000, 0, 0, 2000),
+            HRelease(0),
+            KernelOpen("/f".into(), RW),
+            HCopyRange(0, 0, 0, 1000, 3000),
+            HCopyRange(0, 0, 0, 6000, 10_000),
+        ],
+    );
+}
+
+/// copy_file_range from a staged file into a buffered one loaded the source's write
+/// buffer state, which a staged inode never uses: once the staging file was clean again
+/// (the truncation here ingested by `check`), getattr took the size from that stale state
+/// (0) and a later copy from it would have copied nothing.
+#[test]
+fn regression_copy_range_from_staged_file_to_buffered_one() {
+    use Cmd::*;
+    let read_only = Flags { write: false, ..RW };
+    run_cmds(
+        &SMALL,
+        [
+            Create("/b".into(), RW),
+            KernelCreate("/e".into(), read_only),
+            HCopyRange(1, 0, 0, 5076, 44641),
+            HSetSize(1, 7548),
+            Stat("/e".into()),
+            HCopyRange(1, 0, 0, 0, 10_000),
         ],
     );
 }
