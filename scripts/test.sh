@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command (README.md): unit, model, crash, FUSE and replica
-# integration tests and the seeded sync simulation sweeps, then the POSIX conformance
-# suite and the random-I/O exerciser against a real mount, then a short seeded run of
-# every fuzz target. Needs root (FUSE mounts, apt-get); first installs what it needs
-# and does not have (scripts/install-test-deps.sh: the capnp compiler, pjdfstest, fsx,
-# cargo-fuzz, ...). Long fuzz/soak/benchmark runs are separate commands (README.md).
+# integration tests and the seeded sync simulation sweeps; the store's tests again in a
+# debug build, for the invariants it asserts there; then the POSIX conformance suite and
+# the random-I/O exerciser against a real mount, then a short seeded run of every fuzz
+# target. Needs root (FUSE mounts, apt-get); first installs what it needs and does not
+# have (scripts/install-test-deps.sh: the capnp compiler, pjdfstest, fsx, cargo-fuzz,
+# ...). Long fuzz/soak/benchmark runs are separate commands (README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,5 +16,9 @@ scripts/install-test-deps.sh
 scripts/check-capnp.sh
 cargo build --release --workspace --all-targets
 cargo test --release --workspace
+# The invariants the store asserts in debug builds only (extent coverage and reference
+# counts after each content change, cursors never backwards), under the tests that
+# drive every write path and replication.
+cargo test -p computer-vfs --test model --test peers --test replication --test check
 scripts/conformance.sh
 scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"

@@ -536,6 +536,54 @@ pub(crate) fn apply(
             release_block(txn, ctx.cache, extent.block)?;
         }
     }
+    assert_file_content(txn, ino, new_size)
+}
+
+/// Debug builds: what a content change must leave, checked in its transaction. The
+/// file's extents are in order, do not overlap and end by its `size`; each names a
+/// block that exists, is as long as it, and counts at least as many references as
+/// this file's extents naming it. (That every count is exact needs all files: `check`,
+/// which the model test runs after every operation.)
+#[cfg(debug_assertions)]
+fn assert_file_content(conn: &Connection, ino: InodeNo, size: u64) -> Result<()> {
+    let extents = all_extents(conn, ino)?;
+    let mut end = 0;
+    let mut uses: std::collections::HashMap<i64, i64> = Default::default();
+    for extent in &extents {
+        assert!(
+            extent.offset >= end,
+            "{ino}: extent at {} overlaps",
+            extent.offset
+        );
+        end = extent.end();
+        *uses.entry(extent.block).or_default() += 1;
+    }
+    assert!(
+        end <= size,
+        "{ino}: extents end at {end}, past the size {size}"
+    );
+    for extent in &extents {
+        let (refcount, raw_len): (i64, i64) = conn
+            .prepare_cached("SELECT refcount, raw_len FROM blocks WHERE id = ?1")
+            .and_then(|mut s| s.query_row([extent.block], |r| Ok((r.get(0)?, r.get(1)?))))
+            .ctx("checking a block")?;
+        assert_eq!(
+            raw_len as u64, extent.len,
+            "{ino}: extent at {}",
+            extent.offset
+        );
+        assert!(
+            refcount >= uses[&extent.block],
+            "{ino}: block {} undercounted",
+            extent.block
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(debug_assertions))]
+#[inline]
+fn assert_file_content(_conn: &Connection, _ino: InodeNo, _size: u64) -> Result<()> {
     Ok(())
 }
 

@@ -34,6 +34,9 @@ pub(crate) const SMALL_FILE_BYTES: u64 = 1 << 20;
 /// Files ingested in one transaction at most.
 pub(crate) const SMALL_FILES_PER_BATCH: usize = 256;
 
+// A small file is read in one piece.
+const _: () = assert!(SMALL_FILE_BYTES <= READ_PIECE as u64);
+
 /// A chunk hashed (and, if the store lacked it, compressed) outside the write lock.
 struct PreparedChunk {
     offset: u64,

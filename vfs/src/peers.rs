@@ -105,6 +105,8 @@ fn load(conn: &Connection, peer: &str) -> Result<Option<PeerState>> {
 }
 
 fn store_peer(conn: &Connection, state: &PeerState) -> Result<()> {
+    #[cfg(debug_assertions)]
+    assert_cursors_forward(conn, state)?;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO peers
            (peer, replica_id, delivered_rev, delivered_path, applied_rev, applied_path)
@@ -121,6 +123,28 @@ fn store_peer(conn: &Connection, state: &PeerState) -> Result<()> {
         ])
     })
     .ctx("recording a peer")?;
+    Ok(())
+}
+
+/// Debug builds: a peer's cursors never move backwards while it is the same replica (a
+/// replica that lost its disk starts over under a new id).
+#[cfg(debug_assertions)]
+fn assert_cursors_forward(conn: &Connection, state: &PeerState) -> Result<()> {
+    let Some(old) = load(conn, &state.peer)? else {
+        return Ok(());
+    };
+    if old.replica_id == state.replica_id {
+        for (name, new, old) in [
+            ("delivered", &state.delivered, &old.delivered),
+            ("applied", &state.applied, &old.applied),
+        ] {
+            assert!(
+                changes::cursor_at_or_after(new, old),
+                "peer {}: {name} cursor moved back from {old:?} to {new:?}",
+                state.peer
+            );
+        }
+    }
     Ok(())
 }
 

@@ -50,6 +50,9 @@ pub(crate) const SPARE_MAX: usize = 16384;
 /// Clean staged files up to this size leave the cache as soon as they are ingested.
 pub(crate) const SMALL_CACHED_BYTES_MAX: u64 = 64 << 10;
 
+// The pool grows from its low mark to its target, and takes recycled files past both.
+const _: () = assert!(POOL_LOW <= POOL_TARGET_MAX && POOL_TARGET_MAX <= POOL_RECYCLED_MAX);
+
 /// One staging file bound to an inode.
 pub struct StagedFile {
     pub(crate) ino: InodeNo,

@@ -20,6 +20,9 @@ pub const SYMLINK_MAX: usize = 4095;
 /// Most hard links to one node.
 pub const LINK_MAX: u32 = 65000;
 
+// A name and a symlink target each fit in a path.
+const _: () = assert!(NAME_MAX < PATH_MAX && SYMLINK_MAX < PATH_MAX);
+
 /// Checks one entry name: not empty, no slash or NUL, not `.` or `..`, short enough.
 pub fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {

@@ -277,6 +277,10 @@ const WAL_BYTES_MAX: u64 = 1 << 30;
 /// The writer looks at the WAL size every this many commits.
 const WAL_CHECK_EVERY_COMMITS: u64 = 256;
 
+// The background checkpoint runs before the log is cut back, and both long before the
+// writer must checkpoint itself.
+const _: () = assert!(WAL_CHECKPOINT_BYTES < WAL_KEPT_BYTES && WAL_KEPT_BYTES < WAL_BYTES_MAX);
+
 pub(crate) struct Db {
     // Field order is drop order: readers and the checkpointer close before the writer,
     // so the writer is the last connection and checkpoints the WAL away at close.
@@ -378,10 +382,16 @@ impl Batch {
 /// Mutations in one batch at most, whatever the delay.
 const BATCH_MUTATIONS_MAX: u32 = 4096;
 /// A batch that wrote this much block data commits at once, whatever the delay. It
-/// keeps the batch well inside the page cache (`cache_size`, 16 MiB), so SQLite writes
+/// keeps the batch well inside the page cache (`PAGE_CACHE_BYTES`), so SQLite writes
 /// nothing of it before COMMIT and a failing disk meets it there, not halfway through a
 /// later mutation; and it bounds what the disk reserve must leave room for.
 const BATCH_STORED_BYTES_MAX: u64 = 4 << 20;
+
+/// SQLite's page cache per connection (`cache_size`).
+const PAGE_CACHE_BYTES: u64 = 16 << 20;
+
+// "Well inside": a batch's block data takes at most a quarter of the page cache.
+const _: () = assert!(BATCH_STORED_BYTES_MAX * 4 <= PAGE_CACHE_BYTES);
 
 impl Writer {
     /// The connection, to read inside the open batch (which only it sees), with the
@@ -804,11 +814,12 @@ fn configure(conn: &Connection, read_only: bool) -> Result<()> {
     // copied (a create paid 16-19 us in the store instead of 11-13); with FILE it is
     // one buffer of STATEMENT_JOURNAL_SPILL_BYTES, past which it goes to a temporary
     // file that stays open for the batch.
-    let mut pragmas = String::from(
+    let mut pragmas = format!(
         "PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = OFF;
          PRAGMA temp_store = FILE;
-         PRAGMA cache_size = -16384;",
+         PRAGMA cache_size = -{};",
+        PAGE_CACHE_BYTES >> 10
     );
     if !read_only {
         // Checkpoints run on their own thread (`Db::checkpoint_if_needed`), not inside
@@ -1453,21 +1464,23 @@ impl WriteTxn<'_> {
     /// A fresh inode number.
     pub fn allocate_ino(&mut self) -> u64 {
         let ino = self.next_ino;
-        self.next_ino += 1;
+        self.next_ino = ino.checked_add(1).expect("inode numbers exhausted");
         ino
     }
 
     /// A fresh directory-entry cookie (greater than every earlier one).
     pub fn allocate_cookie(&mut self) -> u64 {
         let cookie = self.next_cookie;
-        self.next_cookie += 1;
+        self.next_cookie = cookie.checked_add(1).expect("entry cookies exhausted");
         cookie
     }
 
     /// A fresh block id.
     pub fn allocate_block(&mut self) -> i64 {
         let id = self.next_block;
-        self.next_block += 1;
+        // Ids are SQLite integers: past i64::MAX one would be stored negative.
+        assert!(id < i64::MAX as u64, "block ids exhausted");
+        self.next_block = id + 1;
         id as i64
     }
 
