@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::poll::RequestPolling;
@@ -30,9 +30,9 @@ use computer_vfs::{
 };
 use fuser::{
     AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 /// How long the kernel may trust an entry or attributes it got from us.
@@ -71,6 +71,9 @@ pub struct WorkspaceFs {
     protected_hardlinks: bool,
     /// Told of every request; polls the device while they come close together.
     polling: Option<Arc<RequestPolling>>,
+    /// The session's channel for telling the kernel to forget what it cached, set once
+    /// the session runs.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -116,6 +119,7 @@ impl WorkspaceFs {
         ws: Workspace,
         config: MountConfig,
         polling: Option<Arc<RequestPolling>>,
+        notifier: Arc<OnceLock<Notifier>>,
     ) -> WorkspaceFs {
         WorkspaceFs {
             ws,
@@ -126,6 +130,7 @@ impl WorkspaceFs {
             config,
             protected_hardlinks: protected_hardlinks(),
             polling,
+            notifier,
         }
     }
 
@@ -484,6 +489,18 @@ impl WorkspaceFs {
         })
     }
 
+    /// A write by someone without `CAP_FSETID` (the kernel's FUSE_WRITE_KILL_SUIDGID):
+    /// the store drops the file's set-id bits, and the kernel forgets the attributes it
+    /// cached (only those: a page-cache invalidation could wait on this very write).
+    fn drop_setid(&self, inode: INodeNo, handle: FileHandle) -> computer_vfs::Result<()> {
+        if self.ws.drop_setid_after_write(fh(handle))? {
+            if let Some(notifier) = self.notifier.get() {
+                let _ = notifier.inval_inode(inode, -1, 0);
+            }
+        }
+        Ok(())
+    }
+
     fn open_flags(&self, flags: i32) -> OpenFlags {
         let mut flags = OpenFlags::from_libc(flags);
         // With writeback caching the kernel computes append offsets itself.
@@ -498,6 +515,10 @@ impl WorkspaceFs {
     fn reply_opened(&self, reply: ReplyOpen, inode: INodeNo, opened: &Opened) {
         let handle = opened.handle.0;
         if let Some(staged) = &opened.staged {
+            if !opened.passthrough {
+                // Served by the daemon, uncached: other handles may be passthrough.
+                return reply.opened(FileHandle(handle), FopenFlags::FOPEN_DIRECT_IO);
+            }
             let register = |file: &std::fs::File| reply.open_backing(file);
             if let Some(id) = self.backing_id(inode, handle, staged, register) {
                 return reply.opened_passthrough(
@@ -516,6 +537,10 @@ impl WorkspaceFs {
     fn reply_created(&self, reply: ReplyCreate, fuse_attr: &FileAttr, opened: &Opened) {
         let handle = opened.handle.0;
         if let Some(staged) = &opened.staged {
+            if !opened.passthrough {
+                let flags = FopenFlags::FOPEN_DIRECT_IO;
+                return reply.created(&TTL, fuse_attr, Generation(0), FileHandle(handle), flags);
+            }
             let register = |file: &std::fs::File| reply.open_backing(file);
             if let Some(id) = self.backing_id(fuse_attr.ino, handle, staged, register) {
                 return reply.created_passthrough(
@@ -546,6 +571,11 @@ impl Filesystem for WorkspaceFs {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
+            // The server drops set-id bits after writes (`write`); in exchange the kernel
+            // stops asking for `security.capability` before every write(2) (SB_NOSEC),
+            // a round trip per write. Files whose writes drop bits are never handed to
+            // passthrough, so every such write reaches the store.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_EXPLICIT_INVAL_DATA,
         ];
@@ -645,11 +675,8 @@ impl Filesystem for WorkspaceFs {
             ctime: ctime.map(request_timestamp),
             through_handle: fh.is_some(),
         };
-        // Set-id bits: without FUSE_HANDLE_KILLPRIV(_V2) the kernel drops them itself
-        // after a write, chown or truncate by asking for the mode without them (a
-        // passthrough write never reaches us, so only the kernel can); the store's
-        // rules drop them too where a request does not name the mode
-        // (`Workspace::setattr`).
+        // Set-id bits: with FUSE_HANDLE_KILLPRIV_V2 the store drops them after a chown
+        // or truncate (`Workspace::setattr`) and after a write (`write`).
         let process = RequestProcess::of(req);
         let result = self
             .ws
@@ -859,7 +886,7 @@ impl Filesystem for WorkspaceFs {
     fn write(
         &self,
         _req: &Request,
-        _inode: INodeNo,
+        inode: INodeNo,
         handle: FileHandle,
         offset: u64,
         data: &[u8],
@@ -870,10 +897,13 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("write");
         // A write-back from the kernel's page cache: the kernel keeps mtime itself and
-        // sends it with setattr; stamping the arrival time would store a later one. No
-        // FUSE_WRITE_KILL_SUIDGID to heed: without FUSE_HANDLE_KILLPRIV_V2 the kernel
-        // drops set-id bits itself, with a setattr (see `setattr`).
+        // sends it with setattr; stamping the arrival time would store a later one.
         let stamp = !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(err) = self.drop_setid(inode, handle) {
+                return reply.error(errno(&err));
+            }
+        }
         let result = self.ws.write_with(fh(handle), offset, data, stamp);
         reply.answer(result, |reply, written| reply.written(written as u32))
     }

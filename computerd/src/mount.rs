@@ -261,28 +261,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         None => None,
     };
 
-    let mut config = Config::default();
-    config.n_threads = Some(args.threads);
-    // One descriptor for all workers (the kernel queues requests once either way), so
-    // that the poller switches them all (poll.rs); cloned descriptors measured no
-    // different.
-    config.clone_fd = false;
-    config.acl = if args.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.mount_options = vec![
-        // What `computerd umount` and `status` find it by (`mounts.rs`).
-        MountOption::FSName(format!("{}{}", crate::mounts::SOURCE_PREFIX, db.display())),
-        MountOption::Subtype("computer".into()),
-        crate::fuse::permission_option(args.allow_other),
-        if args.read_only {
-            MountOption::RO
-        } else {
-            MountOption::RW
-        },
-    ];
+    let config = session_config(args, &db);
     // Kept to ask, after the unmount, whether the workspace had to stop taking changes.
     let watched = ws.clone();
     let polling = (!args.no_poll).then(|| RequestPolling::new(args.threads));
@@ -295,6 +274,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             op_stats: args.op_stats,
         },
         polling.clone(),
+        kernel.notifier_slot(),
     );
     let session = fuser::Session::new(fs, &mountpoint, &config)
         .with_context(|| format!("mounting {}", mountpoint.display()))?;
@@ -358,6 +338,33 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         );
     }
     Ok(())
+}
+
+/// The FUSE session's settings for a mount of `db`.
+fn session_config(args: &MountArgs, db: &Path) -> Config {
+    let mut config = Config::default();
+    config.n_threads = Some(args.threads);
+    // One descriptor for all workers (the kernel queues requests once either way), so
+    // that the poller switches them all (poll.rs); cloned descriptors measured no
+    // different.
+    config.clone_fd = false;
+    config.acl = if args.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.mount_options = vec![
+        // What `computerd umount` and `status` find it by (`mounts.rs`).
+        MountOption::FSName(format!("{}{}", crate::mounts::SOURCE_PREFIX, db.display())),
+        MountOption::Subtype("computer".into()),
+        crate::fuse::permission_option(args.allow_other),
+        if args.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
+    ];
+    config
 }
 
 /// Joins a session whose mount the kernel already took down (`umount` from outside).

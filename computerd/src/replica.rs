@@ -139,6 +139,12 @@ impl KernelCache {
         }
     }
 
+    /// Where the session's notifier is kept once it runs, shared with whoever else
+    /// tells the kernel to forget (the FUSE handlers, after dropping set-id bits).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
     /// From now on, invalidations go to this session's kernel connection.
     pub fn attach(&self, notifier: Notifier) {
         let _ = self.notifier.set(notifier);

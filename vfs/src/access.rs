@@ -398,6 +398,23 @@ fn check_chown(attr: &Attr, changes: &SetAttr, cred: &Credentials<'_>) -> Result
 }
 
 /// Whether the mode `new` is `old` with set-id bits taken away and nothing else.
+/// The mode of a file after a write by someone without `CAP_FSETID`
+/// (`file_remove_privs`): without set-user-id, and without set-group-id where it is a
+/// real one (group-executable).
+pub(crate) fn mode_after_write(perm: u32) -> u32 {
+    let mut perm = perm & !S_ISUID;
+    if perm & S_IXGRP != 0 {
+        perm &= !S_ISGID;
+    }
+    perm
+}
+
+/// Whether writes to a file of mode `perm` must reach the store, which drops set-id
+/// bits after them ([`mode_after_write`]), rather than go straight to a staging file.
+pub(crate) fn write_drops_bits(perm: u32) -> bool {
+    mode_after_write(perm) != perm
+}
+
 fn drops_setid_only(old: u32, new: u32) -> bool {
     let setid = S_ISUID | S_ISGID;
     new != old && new & !setid == old & !setid && new & !old == 0

@@ -41,8 +41,23 @@ const DOOMED_LARGE_BYTES: u64 = 1 << 20;
 /// What `open_for_kernel` and `create_for_kernel` return.
 pub struct Opened {
     pub handle: FileHandle,
-    /// The staging file the kernel should read and write directly, if any.
+    /// The staging file behind the handle, if any.
     pub staged: Option<Arc<StagedFile>>,
+    /// Whether the kernel may read and write that file directly (passthrough). Not for a
+    /// file whose writes drop set-id bits: those must reach the store
+    /// (`Workspace::drop_setid_after_write`), so its handle is served by the daemon.
+    pub passthrough: bool,
+}
+
+impl Opened {
+    /// A handle served through the write buffer.
+    fn buffered(handle: FileHandle) -> Opened {
+        Opened {
+            handle,
+            staged: None,
+            passthrough: false,
+        }
+    }
 }
 
 /// Why a file was not staged.
@@ -121,6 +136,8 @@ impl Workspace {
         // A staging file can be evicted or deleted between looking it up and attaching
         // to it; then look again (a bounded number of times: each retry means another
         // thread made progress).
+        // Set-id files are never staged for writing, nor written through a staging file.
+        let keep_out = flags.write && access::write_drops_bits(self.stored_attr(ino)?.perm);
         for _ in 0..ATTACH_ATTEMPTS {
             if let Some(staged) = self.staged_entry(ino) {
                 match self.attach(&staged, flags, mappable)? {
@@ -128,18 +145,20 @@ impl Workspace {
                         return Ok(Opened {
                             handle,
                             staged: Some(staged),
+                            passthrough: !keep_out,
                         })
                     }
                     None => continue,
                 }
             }
-            if passthrough && flags.write && self.has_staging() {
+            if passthrough && flags.write && !keep_out && self.has_staging() {
                 match self.stage(ino) {
                     Ok(staged) => match self.attach(&staged, flags, mappable)? {
                         Some(handle) => {
                             return Ok(Opened {
                                 handle,
                                 staged: Some(staged),
+                                passthrough: true,
                             })
                         }
                         None => continue,
@@ -148,11 +167,7 @@ impl Workspace {
                     Err(StageRefusal::Failed(err)) => return Err(err),
                 }
             }
-            let handle = self.open_buffered(ino, flags)?;
-            return Ok(Opened {
-                handle,
-                staged: None,
-            });
+            return Ok(Opened::buffered(self.open_buffered(ino, flags)?));
         }
         Err(Error::Busy(Default::default()))
     }
@@ -170,28 +185,15 @@ impl Workspace {
     ) -> Result<(Attr, Opened)> {
         let (flags, mappable) = for_kernel(flags, passthrough);
         self.write_gate().pass()?;
-        let Some(staging) = self.staging().filter(|_| passthrough) else {
+        let reserved = (self.staging().filter(|_| passthrough))
+            .and_then(|staging| Some((staging, staging.try_reserve()?)));
+        let Some((staging, file)) = reserved else {
+            // Without staging, or with no file ready (a burst of creates outran the pool,
+            // which grows for the next one): served through the write buffer rather
+            // than by creating a file on the request path, which can cost a millisecond
+            // on a busy disk.
             let (attr, handle) = self.create(who, parent, name, owner, flags)?;
-            return Ok((
-                attr,
-                Opened {
-                    handle,
-                    staged: None,
-                },
-            ));
-        };
-        let Some(file) = staging.try_reserve() else {
-            // No file ready (a burst of creates outran the pool, which grows for the
-            // next one): serve this one through the write buffer rather than create a
-            // file on the request path, which can cost a millisecond on a busy disk.
-            let (attr, handle) = self.create(who, parent, name, owner, flags)?;
-            return Ok((
-                attr,
-                Opened {
-                    handle,
-                    staged: None,
-                },
-            ));
+            return Ok((attr, Opened::buffered(handle)));
         };
         let now = self.now();
         let created = self.db().write(|txn| {
@@ -227,11 +229,13 @@ impl Workspace {
                 mappable,
             )?
             .ok_or_else(|| Error::corrupt("a new staging file vanished"))?;
+        let passthrough = !access::write_drops_bits(attr.perm);
         Ok((
             attr,
             Opened {
                 handle,
                 staged: Some(staged),
+                passthrough,
             },
         ))
     }

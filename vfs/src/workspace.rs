@@ -1496,6 +1496,25 @@ impl Workspace {
         self.write_with(fh, offset, data, true)
     }
 
+    /// After a write by someone without `CAP_FSETID` (the kernel says so with each
+    /// write it sends): drops the file's set-id bits as Linux does
+    /// (`access::mode_after_write`). Returns whether the mode changed, so that the
+    /// caller's cached attributes can be refreshed.
+    pub fn drop_setid_after_write(&self, fh: FileHandle) -> Result<bool> {
+        let ino = self.handle_inode(fh)?;
+        let perm = self.stored_attr(ino)?.perm;
+        let dropped = access::mode_after_write(perm);
+        if dropped == perm {
+            return Ok(false);
+        }
+        let changes = SetAttr {
+            perm: Some(dropped),
+            ..SetAttr::default()
+        };
+        self.apply_setattr(ino, &changes)?;
+        Ok(true)
+    }
+
     /// Like [`Workspace::write`]; without `stamp_times` the write leaves mtime and ctime
     /// alone (the kernel's writeback cache keeps its own and sends them with setattr).
     pub fn write_with(
