@@ -492,8 +492,15 @@ impl WorkspaceFs {
     /// A write by someone without `CAP_FSETID` (the kernel's FUSE_WRITE_KILL_SUIDGID):
     /// the store drops the file's set-id bits, and the kernel forgets the attributes it
     /// cached (only those: a page-cache invalidation could wait on this very write).
-    fn drop_setid(&self, inode: INodeNo, handle: FileHandle) -> computer_vfs::Result<()> {
-        if self.ws.drop_setid_after_write(fh(handle))? {
+    fn drop_setid(
+        &self,
+        req: &Request,
+        inode: INodeNo,
+        handle: FileHandle,
+    ) -> computer_vfs::Result<()> {
+        let process = RequestProcess::of(req);
+        let writer = self.caller(req, &process);
+        if self.ws.drop_setid_after_write(writer, fh(handle))? {
             if let Some(notifier) = self.notifier.get() {
                 let _ = notifier.inval_inode(inode, -1, 0);
             }
@@ -885,7 +892,7 @@ impl Filesystem for WorkspaceFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         inode: INodeNo,
         handle: FileHandle,
         offset: u64,
@@ -900,7 +907,7 @@ impl Filesystem for WorkspaceFs {
         // sends it with setattr; stamping the arrival time would store a later one.
         let stamp = !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            if let Err(err) = self.drop_setid(inode, handle) {
+            if let Err(err) = self.drop_setid(req, inode, handle) {
                 return reply.error(errno(&err));
             }
         }

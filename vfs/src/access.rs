@@ -397,27 +397,24 @@ fn check_chown(attr: &Attr, changes: &SetAttr, cred: &Credentials<'_>) -> Result
     Ok(())
 }
 
-/// Whether the mode `new` is `old` with set-id bits taken away and nothing else.
-/// The mode of a file after a write by someone without `CAP_FSETID`
-/// (`file_remove_privs`): without set-user-id, and without set-group-id where it is a
-/// real one (group-executable).
-pub(crate) fn mode_after_write(perm: u32) -> u32 {
-    let mut perm = perm & !S_ISUID;
-    if perm & S_IXGRP != 0 {
+/// The mode of a regular file after a write, truncation or chown by `cred` that takes
+/// its privileges away (Linux's `setattr_should_drop_suidgid`): without set-user-id,
+/// and without set-group-id where it is a real one (group-executable) or the caller is
+/// outside the file's group and lacks `CAP_FSETID`.
+pub(crate) fn perm_without_privileges(attr: &Attr, cred: &Credentials<'_>) -> u32 {
+    let mut perm = attr.perm & !S_ISUID;
+    if drops_sgid(attr, cred) {
         perm &= !S_ISGID;
     }
     perm
 }
 
-/// Whether writes to a file of mode `perm` must reach the store, which drops set-id
-/// bits after them ([`mode_after_write`]), rather than go straight to a staging file.
-pub(crate) fn write_drops_bits(perm: u32) -> bool {
-    mode_after_write(perm) != perm
-}
-
-fn drops_setid_only(old: u32, new: u32) -> bool {
-    let setid = S_ISUID | S_ISGID;
-    new != old && new & !setid == old & !setid && new & !old == 0
+/// Whether a write to a file of mode `perm` may take set-id bits away: then each write
+/// must reach the store, which drops them ([`perm_without_privileges`]), rather than
+/// go straight to a staging file. Which bits go depends on the writer, so any set-id
+/// bit counts.
+pub(crate) fn write_may_drop_bits(perm: u32) -> bool {
+    perm & (S_ISUID | S_ISGID) != 0
 }
 
 /// Checks a change of attributes by `cred` and returns the change to apply: with
@@ -449,13 +446,7 @@ pub(crate) fn setattr(attr: &Attr, changes: &SetAttr, cred: &Credentials<'_>) ->
     }
     check_chown(attr, changes, cred)?;
     if let Some(perm) = changes.perm {
-        let drops_privilege = attr.kind == FileKind::File && drops_setid_only(attr.perm, perm);
-        if drops_privilege && !cred.owner_or_capable(attr) {
-            // The kernel drops set-id bits after a write by someone without
-            // CAP_FSETID (`file_remove_privs`) by asking, as that writer, for the mode
-            // without them: whoever may write the file may lose them for it.
-            check(attr, cred, Access::WRITE)?;
-        } else if !cred.owner_or_capable(attr) {
+        if !cred.owner_or_capable(attr) {
             return Err(kind::NotPermitted());
         }
         let gid = changes.gid.unwrap_or(attr.gid);
@@ -475,10 +466,7 @@ pub(crate) fn setattr(attr: &Attr, changes: &SetAttr, cred: &Credentials<'_>) ->
             && attr.kind == FileKind::File
             && !cred.capable(Capability::Fsetid);
         if chown || truncate {
-            let mut perm = attr.perm & !S_ISUID;
-            if drops_sgid(attr, cred) {
-                perm &= !S_ISGID;
-            }
+            let perm = perm_without_privileges(attr, cred);
             if perm != attr.perm {
                 out.perm = Some(perm);
             }
@@ -548,14 +536,6 @@ mod tests {
     use super::*;
     use crate::types::{InodeNo, Revision};
     use std::cell::Cell;
-
-    #[test]
-    fn dropping_set_id_bits_is_told_from_other_mode_changes() {
-        use super::drops_setid_only as drops;
-        assert!(drops(0o6755, 0o755) && drops(0o4755, 0o755) && drops(0o6755, 0o2755));
-        assert!(!drops(0o755, 0o755) && !drops(0o755, 0o4755) && !drops(0o6755, 0o644));
-        assert!(!drops(0o6755, 0o7755) && !drops(0o4755, 0o2755));
-    }
 
     fn node(kind: FileKind, perm: u32, uid: u32, gid: u32) -> Attr {
         Attr {

@@ -79,6 +79,16 @@ pub struct Applied {
     pub paths: Vec<Vec<u8>>,
 }
 
+impl Applied {
+    /// Adds what one part of a batch did; its cursor becomes ours.
+    fn absorb(&mut self, part: Applied) {
+        self.through = part.through;
+        self.changed += part.changed;
+        self.conflicts.extend(part.conflicts);
+        self.paths.extend(part.paths);
+    }
+}
+
 fn load(conn: &Connection, peer: &str) -> Result<Option<PeerState>> {
     conn.prepare_cached(
         "SELECT replica_id, delivered_rev, delivered_path, applied_rev, applied_path
@@ -848,9 +858,7 @@ impl Workspace {
                     authority,
                 )
                 .map(|(part, part_held)| {
-                    applied.changed += part.changed;
-                    applied.conflicts.extend(part.conflicts);
-                    applied.paths.extend(part.paths);
+                    applied.absorb(part);
                     held.extend(part_held);
                 });
             if result.is_err() {
@@ -869,14 +877,13 @@ impl Workspace {
                     through,
                     authority,
                 )
-                .map(|(last, _)| {
-                    applied.changed += last.changed;
-                    applied.conflicts.extend(last.conflicts);
-                    applied.paths.extend(last.paths);
-                    applied.through = last.through;
-                });
+                .map(|(last, _)| applied.absorb(last));
         }
         self.release_held(&held)?;
+        if applied.changed > 0 {
+            // A peer's chmod may have given an open file set-id bits back.
+            self.setid_may_be_back(None);
+        }
         result.map(|()| applied)
     }
 

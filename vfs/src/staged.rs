@@ -137,7 +137,7 @@ impl Workspace {
         // to it; then look again (a bounded number of times: each retry means another
         // thread made progress).
         // Set-id files are never staged for writing, nor written through a staging file.
-        let keep_out = flags.write && access::write_drops_bits(self.stored_attr(ino)?.perm);
+        let keep_out = flags.write && access::write_may_drop_bits(self.stored_attr(ino)?.perm);
         for _ in 0..ATTACH_ATTEMPTS {
             if let Some(staged) = self.staged_entry(ino) {
                 match self.attach(&staged, flags, mappable)? {
@@ -229,7 +229,7 @@ impl Workspace {
                 mappable,
             )?
             .ok_or_else(|| Error::corrupt("a new staging file vanished"))?;
-        let passthrough = !access::write_drops_bits(attr.perm);
+        let passthrough = !access::write_may_drop_bits(attr.perm);
         Ok((
             attr,
             Opened {

@@ -334,6 +334,12 @@ pub(crate) struct OpenInode {
     users: AtomicU64,
     /// Its last link went while it was open: the last release must delete it.
     maybe_orphan: std::sync::atomic::AtomicBool,
+    /// The stored mode may hold set-id bits that a write takes away
+    /// ([`Workspace::drop_setid_after_write`]). Set when the inode is opened and again by
+    /// whatever may add such bits while it is open (chmod, a peer's changes); cleared
+    /// only when the stored mode has none, so a write to an ordinary file asks nothing
+    /// of the database.
+    setid_maybe: std::sync::atomic::AtomicBool,
     pub(crate) state: Mutex<OpenState>,
 }
 
@@ -1218,6 +1224,15 @@ impl Workspace {
 
     /// [`Workspace::setattr`], checked already.
     fn apply_setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+        let attr = self.change_attr(ino, changes)?;
+        // After the change is stored: a write that read the mode before it asks again.
+        if changes.perm.is_some_and(access::write_may_drop_bits) {
+            self.setid_may_be_back(Some(ino));
+        }
+        Ok(attr)
+    }
+
+    fn change_attr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
         if let Some(staged) = self.staged_entry(ino) {
             // Pinned, so eviction cannot recycle the file while we change it; if it was
             // evicted already, the stored node is the file again.
@@ -1308,6 +1323,7 @@ impl Workspace {
                 ino,
                 users: AtomicU64::new(0),
                 maybe_orphan: std::sync::atomic::AtomicBool::new(false),
+                setid_maybe: std::sync::atomic::AtomicBool::new(true),
                 state: Mutex::new(OpenState::default()),
             })
         });
@@ -1496,23 +1512,49 @@ impl Workspace {
         self.write_with(fh, offset, data, true)
     }
 
-    /// After a write by someone without `CAP_FSETID` (the kernel says so with each
+    /// After a write by `who`, who lacks `CAP_FSETID` (the kernel says so with each
     /// write it sends): drops the file's set-id bits as Linux does
-    /// (`access::mode_after_write`). Returns whether the mode changed, so that the
-    /// caller's cached attributes can be refreshed.
-    pub fn drop_setid_after_write(&self, fh: FileHandle) -> Result<bool> {
-        let ino = self.handle_inode(fh)?;
-        let perm = self.stored_attr(ino)?.perm;
-        let dropped = access::mode_after_write(perm);
-        if dropped == perm {
+    /// (`access::perm_without_privileges`). Returns whether the mode changed, so that
+    /// the caller's cached attributes can be refreshed. Costs a read of the stored mode
+    /// only while it may hold set-id bits.
+    pub fn drop_setid_after_write(&self, who: Who<'_>, fh: FileHandle) -> Result<bool> {
+        let (open, _) = self.handle(fh)?;
+        let Some(cred) = who.cred() else {
+            return Ok(false);
+        };
+        // Cleared before the read, so a chmod that lands after it arms it again.
+        if !open.setid_maybe.swap(false, Ordering::SeqCst) {
+            return Ok(false);
+        }
+        let attr = self.stored_attr(open.ino)?;
+        if attr.kind != FileKind::File || !access::write_may_drop_bits(attr.perm) {
+            return Ok(false);
+        }
+        // Which bits go depends on the writer: the next write asks again.
+        open.setid_maybe.store(true, Ordering::SeqCst);
+        let perm = access::perm_without_privileges(&attr, cred);
+        if perm == attr.perm {
             return Ok(false);
         }
         let changes = SetAttr {
-            perm: Some(dropped),
+            perm: Some(perm),
             ..SetAttr::default()
         };
-        self.apply_setattr(ino, &changes)?;
+        self.apply_setattr(open.ino, &changes)?;
         Ok(true)
+    }
+
+    /// Tells open inodes that their stored modes may have gained set-id bits: `ino`, or
+    /// every open inode (`None`: a peer's changes landed).
+    pub(crate) fn setid_may_be_back(&self, ino: Option<InodeNo>) {
+        let open = lock(&self.inner.open);
+        let touched = match ino {
+            Some(ino) => open.get(&ino).into_iter().collect::<Vec<_>>(),
+            None => open.values().collect(),
+        };
+        for inode in touched {
+            inode.setid_maybe.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Like [`Workspace::write`]; without `stamp_times` the write leaves mtime and ctime
