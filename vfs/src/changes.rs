@@ -14,12 +14,13 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
-use crate::block::{BlockHash, Codec, EncodedBlock};
+use crate::block::{BlockHash, EncodedBlock};
 use crate::content::{self, Extent};
 use crate::db::WriteTxn;
-use crate::error::{Error, Result, StorageContext};
+use crate::error::{Error, Result};
+use crate::loose_blocks;
 use crate::store;
 use crate::types::*;
 use crate::workspace::Workspace;
@@ -64,7 +65,7 @@ impl Workspace {
         self.db().read_counted(|conn| {
             crate::log::page(
                 conn,
-                self.inner().log_cache(),
+                self.log_cache(),
                 cursor,
                 entries_max,
                 bytes_max,
@@ -77,38 +78,16 @@ impl Workspace {
     /// Which of `hashes` this workspace stores.
     pub fn has_blocks(&self, hashes: &[BlockHash]) -> Result<Vec<bool>> {
         self.db().read(|conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT 1 FROM blocks WHERE hash = ?1")
-                .ctx("probing blocks")?;
             hashes
                 .iter()
-                .map(|h| stmt.exists([&h.0[..]]).ctx("probing blocks"))
+                .map(|hash| content::has_block(conn, hash))
                 .collect()
         })
     }
 
     /// A stored block as it is on disk (compressed or not), to send elsewhere.
     pub fn stored_block(&self, hash: &BlockHash) -> Result<Option<StoredBlock>> {
-        self.db().read(|conn| {
-            let row: Option<(i64, i64, i64)> = conn
-                .prepare_cached("SELECT id, raw_len, codec FROM blocks WHERE hash = ?1")
-                .and_then(|mut s| {
-                    s.query_row([&hash.0[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                        .optional()
-                })
-                .ctx("reading a block")?;
-            let Some((id, raw_len, codec)) = row else {
-                return Ok(None);
-            };
-            let data = crate::block_store::get(conn, id)?
-                .ok_or_else(|| Error::corrupt(format!("block {hash} has no data")))?;
-            Ok(Some(StoredBlock {
-                hash: *hash,
-                codec: Codec::from_code(codec)?,
-                raw_len: raw_len as u32,
-                data,
-            }))
-        })
+        self.db().read(|conn| content::stored_block(conn, hash))
     }
 
     /// Stores blocks ahead of the entries that will use them, for a transfer too large
@@ -126,11 +105,7 @@ impl Workspace {
             txn.keep_revision();
             let mut added = 0;
             for block in blocks {
-                let exists = txn
-                    .prepare_cached("SELECT 1 FROM blocks WHERE hash = ?1")
-                    .and_then(|mut s| s.exists([&block.hash.0[..]]))
-                    .ctx("probing blocks")?;
-                if exists {
+                if content::has_block(txn, &block.hash)? {
                     continue;
                 }
                 let encoded = EncodedBlock {
@@ -139,9 +114,7 @@ impl Workspace {
                     data: block.data.clone(),
                 };
                 let id = content::insert_block(txn, &block.hash, &encoded)?;
-                txn.prepare_cached("INSERT INTO loose_blocks (id, at) VALUES (?1, ?2)")
-                    .and_then(|mut s| s.execute(rusqlite::params![id, now]))
-                    .ctx("holding a loose block")?;
+                loose_blocks::hold(txn, id, now)?;
                 added += 1;
             }
             Ok(added)
@@ -155,11 +128,7 @@ impl Workspace {
             .now()
             .saturating_sub(age.as_nanos().min(i64::MAX as u128) as i64);
         // Most calls find nothing due (a probe asks before every push): no write then.
-        let due = self.db().read(|conn| {
-            conn.prepare_cached("SELECT 1 FROM loose_blocks WHERE at <= ?1 LIMIT 1")
-                .and_then(|mut s| s.exists([before]))
-                .ctx("reading loose blocks")
-        })?;
+        let due = self.db().read(|conn| loose_blocks::any_due(conn, before))?;
         if !due {
             return Ok(0);
         }
@@ -167,12 +136,9 @@ impl Workspace {
         self.db().write(|txn| {
             txn.keep_revision();
             txn.skip_quota();
-            let ids: Vec<i64> = txn
-                .prepare_cached("SELECT id FROM loose_blocks WHERE at <= ?1")
-                .and_then(|mut s| s.query_map([before], |r| r.get(0))?.collect())
-                .ctx("reading loose blocks")?;
+            let ids = loose_blocks::due(txn, before)?;
             for &id in &ids {
-                release_loose(txn, cache, id)?;
+                loose_blocks::release(txn, cache, id)?;
             }
             Ok(ids.len())
         })
@@ -253,23 +219,17 @@ impl Workspace {
             }
             let mut held = Vec::new();
             for id in held_for_later {
-                let loose = txn
-                    .prepare_cached("SELECT 1 FROM loose_blocks WHERE id = ?1")
-                    .and_then(|mut s| s.exists([id]))
-                    .ctx("reading loose blocks")?;
-                if loose || held.contains(&id) {
+                if loose_blocks::is_held(txn, id)? || held.contains(&id) {
                     content::release_block(txn, cache, id)?;
                 } else {
                     // The pin becomes the hold: the block survives this transaction.
-                    txn.prepare_cached("INSERT INTO loose_blocks (id, at) VALUES (?1, ?2)")
-                        .and_then(|mut s| s.execute(rusqlite::params![id, now]))
-                        .ctx("holding a loose block")?;
+                    loose_blocks::hold(txn, id, now)?;
                     held.push(id);
                 }
             }
             for id in pinned {
                 // The batch now uses the block: a loose hold on it has done its job.
-                release_loose(txn, cache, id)?;
+                loose_blocks::release(txn, cache, id)?;
                 content::release_block(txn, cache, id)?;
             }
             if changed == 0 {
@@ -292,24 +252,11 @@ impl Workspace {
             txn.keep_revision();
             txn.skip_quota();
             for &id in ids {
-                release_loose(txn, cache, id)?;
+                loose_blocks::release(txn, cache, id)?;
             }
             Ok(())
         })
     }
-}
-
-/// Drops the loose hold on block `id`.
-/// Drops the loose hold on block `id`, if it has one, with the reference it stands for.
-fn release_loose(txn: &mut WriteTxn<'_>, cache: &content::BlockCache, id: i64) -> Result<()> {
-    let held = txn
-        .prepare_cached("DELETE FROM loose_blocks WHERE id = ?1")
-        .and_then(|mut s| s.execute([id]))
-        .ctx("releasing a loose block")?;
-    if held == 0 {
-        return Ok(());
-    }
-    content::release_block(txn, cache, id)
 }
 
 /// The replicable state of node `ino`.
@@ -336,28 +283,14 @@ pub(crate) fn entry_state(conn: &Connection, ino: InodeNo) -> Result<EntryState>
 }
 
 fn block_refs(conn: &Connection, ino: InodeNo) -> Result<Vec<BlockRef>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT e.offset, e.len, b.hash FROM extents e JOIN blocks b ON b.id = e.block
-             WHERE e.ino = ?1 ORDER BY e.offset",
-        )
-        .ctx("reading extents")?;
-    let rows = stmt
-        .query_map([ino.0 as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, Vec<u8>>(2)?,
-            ))
-        })
-        .ctx("reading extents")?;
     let mut out = Vec::new();
-    let mut expected = 0i64;
-    for row in rows {
-        let (offset, len, hash) = row.ctx("reading extents")?;
+    let mut expected = 0u64;
+    for (offset, len, hash) in content::extent_hashes(conn, ino)? {
         // A hole: sending zeros would cost bandwidth, so the all-zero hash marks a gap
         // the receiver leaves, in pieces that fit a length.
-        let mut gap = (offset - expected) as u64;
+        let mut gap = offset
+            .checked_sub(expected)
+            .ok_or_else(|| Error::corrupt(format!("{ino}: extents overlap at {offset}")))?;
         while gap > 0 {
             let piece = gap.min(u32::MAX as u64);
             out.push(BlockRef {
@@ -367,7 +300,7 @@ fn block_refs(conn: &Connection, ino: InodeNo) -> Result<Vec<BlockRef>> {
             gap -= piece;
         }
         out.push(BlockRef {
-            hash: BlockHash::from_slice(&hash)?,
+            hash,
             len: len as u32,
         });
         expected = offset + len;

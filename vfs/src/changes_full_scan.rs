@@ -235,9 +235,11 @@ fn add_subtree(
 }
 
 /// The revision walk of `log.rs` against this oracle.
+#[cfg(test)]
 mod tests {
     use crate::change_page::{ChangePage, Cursor, EntryState};
-    use crate::{MkdirOptions, Options, RmOptions, Workspace};
+    use crate::fs::{MkdirOptions, RmOptions};
+    use crate::workspace::{Options, Workspace};
 
     /// (revision, path, removed) of every entry after `cursor`, paging `n` at a time.
     type Seen = Vec<(u64, Vec<u8>, bool)>;
@@ -266,7 +268,7 @@ mod tests {
                     .read(|conn| {
                         crate::log::page(
                             conn,
-                            ws.inner().log_cache(),
+                            ws.log_cache(),
                             cursor,
                             n,
                             u64::MAX,

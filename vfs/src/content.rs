@@ -23,6 +23,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::block::{self, BlockHash, Codec};
 use crate::block_store;
+use crate::change_page::StoredBlock;
 use crate::chunker::Chunker;
 use crate::db::WriteTxn;
 use crate::error::{Error, Result, StorageContext};
@@ -376,6 +377,75 @@ fn retain_block(txn: &WriteTxn<'_>, id: i64) -> Result<()> {
         return Err(Error::corrupt(format!("extent names missing block {id}")));
     }
     Ok(())
+}
+
+/// Moves every extent of `from` to `to` (a shadow node's content becoming its file's);
+/// block references stay as they are.
+pub(crate) fn move_extents(txn: &WriteTxn<'_>, from: InodeNo, to: InodeNo) -> Result<()> {
+    txn.execute(
+        "UPDATE extents SET ino = ?1 WHERE ino = ?2",
+        params![to.0 as i64, from.0 as i64],
+    )
+    .ctx("moving ingested content")?;
+    Ok(())
+}
+
+/// Whether the store has a block with `hash` (a probe on a reader, before the writer
+/// is taken: it may be gone by then).
+pub(crate) fn has_block(conn: &Connection, hash: &BlockHash) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM blocks WHERE hash = ?1")
+        .and_then(|mut stmt| stmt.exists([&hash.0[..]]))
+        .ctx("probing for a block")
+}
+
+/// A stored block as it is on disk (compressed or not), to send elsewhere.
+pub(crate) fn stored_block(conn: &Connection, hash: &BlockHash) -> Result<Option<StoredBlock>> {
+    let row: Option<(i64, i64, i64)> = conn
+        .prepare_cached("SELECT id, raw_len, codec FROM blocks WHERE hash = ?1")
+        .and_then(|mut s| {
+            s.query_row([&hash.0[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .ctx("reading a block")?;
+    let Some((id, raw_len, codec)) = row else {
+        return Ok(None);
+    };
+    let data = block_store::get(conn, id)?
+        .ok_or_else(|| Error::corrupt(format!("block {hash} has no data")))?;
+    let raw_len =
+        u32::try_from(raw_len).map_err(|_| Error::corrupt(format!("block {hash}: bad length")))?;
+    Ok(Some(StoredBlock {
+        hash: *hash,
+        codec: Codec::from_code(codec)?,
+        raw_len,
+        data,
+    }))
+}
+
+/// The extents of `ino` in offset order, with their blocks' hashes: (offset, length,
+/// hash).
+pub(crate) fn extent_hashes(conn: &Connection, ino: InodeNo) -> Result<Vec<(u64, u64, BlockHash)>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT e.offset, e.len, b.hash FROM extents e JOIN blocks b ON b.id = e.block
+             WHERE e.ino = ?1 ORDER BY e.offset",
+        )
+        .ctx("reading extents")?;
+    let rows = stmt
+        .query_map([ino.0 as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        })
+        .ctx("reading extents")?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (offset, len, hash) = row.ctx("reading extents")?;
+        out.push((offset as u64, len as u64, BlockHash::from_slice(&hash)?));
+    }
+    Ok(out)
 }
 
 pub(crate) fn insert_extent(txn: &WriteTxn<'_>, ino: InodeNo, extent: Extent) -> Result<()> {

@@ -2,8 +2,9 @@
 //!
 //! Paths are absolute POSIX paths in UTF-8. Symlinks are followed in the middle of a path
 //! and, where the operation follows them (stat, read, write), at its end; relative
-//! targets resolve against the link's directory and more than [`SYMLINKS_MAX`] hops is
-//! ELOOP. Every error names the path it concerns.
+//! targets resolve against the link's directory and more than
+//! [`SYMLINKS_MAX`](crate::SYMLINKS_MAX) hops is ELOOP (`resolve.rs`). Every error names
+//! the path it concerns.
 //!
 //! Each call is one mutation and one transaction, with one exception: streams
 //! ([`FileWriter`]) commit in bounded pieces so memory stays bounded whatever the size.
@@ -12,23 +13,11 @@ use crate::access::Who;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
 use crate::error::{kind, Error, Result};
+use crate::open_files::{FileHandle, OpenFlags};
+use crate::resolve::{resolve_in, Resolved};
 use crate::store::{self, PATH_MAX};
 use crate::types::*;
-use crate::workspace::{FileHandle, OpenFlags, Workspace};
-
-/// Symlinks followed while resolving one path before giving up with ELOOP.
-pub const SYMLINKS_MAX: usize = 40;
-
-/// Where a path leads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Resolved {
-    /// The directory holding the final entry.
-    pub parent: InodeNo,
-    /// The final entry's name; empty for `/` and for paths ending in `.` or `..`.
-    pub name: Vec<u8>,
-    /// The node, if the entry exists.
-    pub ino: Option<InodeNo>,
-}
+use crate::workspace::Workspace;
 
 /// Options of [`Fs::mkdir`].
 #[derive(Clone, Copy, Debug)]
@@ -623,6 +612,13 @@ impl Fs {
     }
 }
 
+impl Workspace {
+    /// The path API over this workspace.
+    pub fn fs(&self) -> Fs {
+        Fs::new(self.clone())
+    }
+}
+
 /// Runs a resolve-then-act operation again when the node it resolved disappeared (or
 /// the name it meant to create appeared) before it acted: another thread renamed over
 /// or created the path in between. A path that stays missing still fails.
@@ -635,100 +631,6 @@ fn retry_raced<T>(mut op: impl FnMut() -> Result<T>) -> Result<T> {
             other => return other,
         }
     }
-}
-
-/// Resolves `path` (absolute, bytes) inside one read transaction.
-pub(crate) fn resolve_in(
-    conn: &rusqlite::Connection,
-    path: &[u8],
-    follow: bool,
-) -> Result<Resolved> {
-    let must_be_dir = path.len() > 1 && path.ends_with(b"/");
-    let mut pending: Vec<Vec<u8>> = components(path);
-    pending.reverse();
-    // The chain of directories from the root to the current one, for "..".
-    let mut chain: Vec<InodeNo> = vec![InodeNo::ROOT];
-    let mut links = 0;
-    let mut last_name: Vec<u8> = Vec::new();
-    let mut last_parent = InodeNo::ROOT;
-    let mut last_ino = Some(InodeNo::ROOT);
-    while let Some(component) = pending.pop() {
-        let current = *chain.last().expect("the chain always holds the root");
-        let is_last = pending.is_empty();
-        if component == b"." || component == b".." {
-            if component == b".." && chain.len() > 1 {
-                chain.pop();
-            }
-            let dir = *chain.last().expect("the chain always holds the root");
-            last_name.clear();
-            last_parent = dir;
-            last_ino = Some(dir);
-            let attr = store::attr(conn, current)?;
-            if !attr.is_dir() {
-                return Err(kind::NotDir());
-            }
-            continue;
-        }
-        let dir = store::attr(conn, current)?;
-        if !dir.is_dir() {
-            return Err(kind::NotDir());
-        }
-        if component.len() > store::NAME_MAX {
-            return Err(kind::NameTooLong());
-        }
-        let child = store::lookup_attr(conn, current, &component)?;
-        let Some(child) = child else {
-            if is_last {
-                return Ok(Resolved {
-                    parent: current,
-                    name: component,
-                    ino: None,
-                });
-            }
-            return Err(kind::NotFound());
-        };
-        if child.kind == FileKind::Symlink && (!is_last || follow || must_be_dir) {
-            links += 1;
-            if links > SYMLINKS_MAX {
-                return Err(kind::Loop());
-            }
-            let target = store::symlink_target(conn, child.ino)?;
-            if target.starts_with(b"/") {
-                chain.truncate(1);
-            }
-            let mut parts = components(&target);
-            if parts.is_empty() {
-                parts.push(b".".to_vec());
-            }
-            for part in parts.into_iter().rev() {
-                pending.push(part);
-            }
-            continue;
-        }
-        if is_last {
-            last_parent = current;
-            last_name = component;
-            last_ino = Some(child.ino);
-            if must_be_dir && !child.is_dir() {
-                return Err(kind::NotDir());
-            }
-            break;
-        }
-        chain.push(child.ino);
-        last_ino = Some(child.ino);
-    }
-    Ok(Resolved {
-        parent: last_parent,
-        name: last_name,
-        ino: last_ino,
-    })
-}
-
-fn components(path: &[u8]) -> Vec<Vec<u8>> {
-    path.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .map(|c| c.to_vec())
-        .collect()
 }
 
 /// A stream over a file's content; see [`Fs::open_read`].
@@ -950,12 +852,6 @@ fn to_io(err: Error, path: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn components_skip_empty_parts() {
-        assert_eq!(components(b"/a//b/"), vec![b"a".to_vec(), b"b".to_vec()]);
-        assert!(components(b"/").is_empty());
-    }
 
     #[test]
     fn relative_paths_are_refused() {

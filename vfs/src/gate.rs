@@ -22,11 +22,8 @@
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
-
 use crate::base::lock;
-use crate::error::{Error, Result, StorageContext};
-use crate::types::Revision;
+use crate::error::{Error, Result};
 
 /// Lets a bounded number of writers through, or all of them.
 #[derive(Debug)]
@@ -160,24 +157,6 @@ impl WriteGate {
 pub struct Backlog {
     pub nodes: u64,
     pub bytes: u64,
-}
-
-/// Nodes changed after revision `after`, and their content's size. Cheap when the
-/// backlog is small (an index range), proportional to it otherwise.
-pub(crate) fn backlog(conn: &Connection, after: Revision) -> Result<Backlog> {
-    conn.prepare_cached(
-        "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM nodes
-         WHERE revision > ?1 AND nlink > 0",
-    )
-    .and_then(|mut s| {
-        s.query_row([after.0 as i64], |r| {
-            Ok(Backlog {
-                nodes: r.get::<_, i64>(0)? as u64,
-                bytes: r.get::<_, i64>(1)? as u64,
-            })
-        })
-    })
-    .ctx("measuring the backlog")
 }
 
 #[cfg(test)]

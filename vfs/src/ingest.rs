@@ -14,15 +14,15 @@
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use rusqlite::params;
-
 use crate::base::lock;
 use crate::block::{self, BlockHash, EncodedBlock};
-use crate::content::{self, Extent};
-use crate::error::{Error, Result, StorageContext};
+use crate::content::{self, ContentCtx, Extent};
+use crate::db::WriteTxn;
+use crate::error::{Error, Result};
+use crate::staged_rows;
 use crate::staging::StagedFile;
 use crate::store;
-use crate::types::{FileKind, InodeNo, NewNode};
+use crate::types::{FileKind, InodeNo, NewNode, TimestampNs};
 use crate::workspace::Workspace;
 
 /// Bytes of new, encoded blocks collected before a transaction stores them.
@@ -190,56 +190,15 @@ impl Workspace {
         let clean = state.version == version && state.writers == 0;
         let ctx = self.ctx();
         let shadow_ino = *shadow;
-        let outcome = self.db().write(|txn| {
-            let Some(mut attr) = store::load_attr(txn, ino)? else {
-                if let Some(s) = shadow_ino {
-                    content::release_all(txn, ctx.cache, s)?;
-                    store::delete_node_row(txn, s)?;
-                }
-                txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
-                    .ctx("unbinding a staging file")?;
-                return Ok(IngestOutcome::Gone);
-            };
-            if attr.kind != FileKind::File {
-                return Err(Error::corrupt(format!(
-                    "{ino}: staged but not a regular file"
-                )));
-            }
-            content::release_all(txn, ctx.cache, ino)?;
-            if let Some(s) = shadow_ino {
-                txn.execute(
-                    "UPDATE extents SET ino = ?1 WHERE ino = ?2",
-                    params![ino.0 as i64, s.0 as i64],
-                )
-                .ctx("moving ingested content")?;
-                store::delete_node_row(txn, s)?;
-            }
-            for chunk in std::mem::take(&mut batch) {
-                let block = store_prepared(txn, &ctx, chunk_ref(&chunk))?;
-                content::insert_extent(
-                    txn,
-                    ino,
-                    Extent {
-                        offset: chunk.offset,
-                        len: chunk.len,
-                        block,
-                    },
-                )?;
-            }
-            attr.size = size;
-            attr.mtime = mtime;
-            attr.ctime = attr.ctime.max(ctime);
-            store::store_attr(txn, &attr)?;
-            if clean {
-                txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
-                    .ctx("unbinding a staging file")?;
-            }
-            Ok(if clean {
-                IngestOutcome::Clean
-            } else {
-                IngestOutcome::StillDirty
-            })
-        })?;
+        let ingested = Ingested {
+            size,
+            mtime,
+            ctime,
+            chunks: std::mem::take(&mut batch),
+        };
+        let outcome = self
+            .db()
+            .write(|txn| commit_ingested(txn, &ctx, ino, shadow_ino, ingested, clean))?;
         // Deleted by the transaction, whichever way it went.
         *shadow = None;
         if outcome == IngestOutcome::Clean {
@@ -309,33 +268,13 @@ impl Workspace {
         let ctx = self.ctx();
         let result = self.db().write(|txn| {
             for (w, &clean) in work.iter_mut().zip(&clean) {
-                let ino = w.file.ino;
-                let Some(mut attr) = store::load_attr(txn, ino)? else {
-                    txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
-                        .ctx("unbinding a staging file")?;
-                    continue;
+                let ingested = Ingested {
+                    size: w.size,
+                    mtime: w.mtime,
+                    ctime: w.ctime,
+                    chunks: std::mem::take(&mut w.chunks),
                 };
-                content::release_all(txn, ctx.cache, ino)?;
-                for chunk in std::mem::take(&mut w.chunks) {
-                    let block = store_prepared(txn, &ctx, chunk_ref(&chunk))?;
-                    content::insert_extent(
-                        txn,
-                        ino,
-                        Extent {
-                            offset: chunk.offset,
-                            len: chunk.len,
-                            block,
-                        },
-                    )?;
-                }
-                attr.size = w.size;
-                attr.mtime = w.mtime;
-                attr.ctime = attr.ctime.max(w.ctime);
-                store::store_attr(txn, &attr)?;
-                if clean {
-                    txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
-                        .ctx("unbinding a staging file")?;
-                }
+                commit_ingested(txn, &ctx, w.file.ino, None, ingested, clean)?;
             }
             Ok(())
         });
@@ -387,11 +326,7 @@ impl Workspace {
     /// Hashes a chunk and, if the store lacks it, compresses it.
     fn prepare_chunk(&self, offset: u64, chunk: &[u8]) -> Result<PreparedChunk> {
         let hash = BlockHash::of(chunk);
-        let known = self.db().read(|conn| {
-            conn.prepare_cached("SELECT 1 FROM blocks WHERE hash = ?1")
-                .and_then(|mut stmt| stmt.exists([&hash.0[..]]))
-                .ctx("probing for a block")
-        })?;
+        let known = self.db().read(|conn| content::has_block(conn, &hash))?;
         let len = chunk.len() as u64;
         if known {
             Ok(PreparedChunk {
@@ -419,8 +354,8 @@ impl Workspace {
         self.db().write(|txn| {
             txn.skip_quota();
             let ino = store::insert_node(txn, FileKind::File, NewNode::new(0o600), 0, None, now)?;
-            txn.execute("UPDATE nodes SET nlink = 0 WHERE ino = ?1", [ino.0 as i64])
-                .ctx("creating a shadow node")?;
+            // Without links: a crash leaves it an orphan, deleted at the next open.
+            store::add_nlink(txn, ino, -1, now)?;
             Ok(ino)
         })
     }
@@ -477,6 +412,66 @@ struct ChunkRef<'a> {
     raw: Option<&'a [u8]>,
 }
 
+/// What an ingestion read from a staging file, to commit.
+struct Ingested {
+    size: u64,
+    mtime: TimestampNs,
+    ctime: TimestampNs,
+    /// Chunks not stored yet (a large file's earlier ones hang off its shadow).
+    chunks: Vec<PreparedChunk>,
+}
+
+/// The last transaction of an ingestion, the same for one large file and for each of a
+/// batch of small ones: the node's content becomes what its staging file held (the
+/// blocks `shadow` collected, then `ingested`'s chunks), with its size and times, and
+/// the staging file is unbound if it is `clean` (nothing written since the snapshot).
+/// A node deleted meanwhile only loses its binding and its shadow.
+fn commit_ingested(
+    txn: &mut WriteTxn<'_>,
+    ctx: &ContentCtx<'_>,
+    ino: InodeNo,
+    shadow: Option<InodeNo>,
+    ingested: Ingested,
+    clean: bool,
+) -> Result<IngestOutcome> {
+    let Some(mut attr) = store::load_attr(txn, ino)? else {
+        if let Some(s) = shadow {
+            content::release_all(txn, ctx.cache, s)?;
+            store::delete_node_row(txn, s)?;
+        }
+        staged_rows::unbind(txn, ino)?;
+        return Ok(IngestOutcome::Gone);
+    };
+    if attr.kind != FileKind::File {
+        return Err(Error::corrupt(format!(
+            "{ino}: staged but not a regular file"
+        )));
+    }
+    content::release_all(txn, ctx.cache, ino)?;
+    if let Some(s) = shadow {
+        content::move_extents(txn, s, ino)?;
+        store::delete_node_row(txn, s)?;
+    }
+    for chunk in ingested.chunks {
+        let block = store_prepared(txn, ctx, chunk_ref(&chunk))?;
+        let extent = Extent {
+            offset: chunk.offset,
+            len: chunk.len,
+            block,
+        };
+        content::insert_extent(txn, ino, extent)?;
+    }
+    attr.size = ingested.size;
+    attr.mtime = ingested.mtime;
+    attr.ctime = attr.ctime.max(ingested.ctime);
+    store::store_attr(txn, &attr)?;
+    if !clean {
+        return Ok(IngestOutcome::StillDirty);
+    }
+    staged_rows::unbind(txn, ino)?;
+    Ok(IngestOutcome::Clean)
+}
+
 fn chunk_ref(chunk: &PreparedChunk) -> ChunkRef<'_> {
     ChunkRef {
         hash: &chunk.hash,
@@ -487,8 +482,8 @@ fn chunk_ref(chunk: &PreparedChunk) -> ChunkRef<'_> {
 
 /// Adds a reference to the block with this hash, inserting it if needed.
 fn store_prepared(
-    txn: &mut crate::db::WriteTxn<'_>,
-    ctx: &content::ContentCtx<'_>,
+    txn: &mut WriteTxn<'_>,
+    ctx: &ContentCtx<'_>,
     chunk: ChunkRef<'_>,
 ) -> Result<i64> {
     if let Some(id) = content::retain_by_hash(txn, chunk.hash)? {

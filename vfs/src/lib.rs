@@ -32,9 +32,14 @@ mod fs;
 mod gate;
 mod ingest;
 mod log;
+mod loose_blocks;
+mod open_files;
+mod peer_rows;
 mod peers;
+mod resolve;
 mod search;
 mod staged;
+mod staged_rows;
 mod staging;
 mod store;
 pub mod transfer;
@@ -56,18 +61,19 @@ pub use chunker::{ChunkSizes, Chunker};
 pub use compact::{CompactProgress, CompactReport};
 pub use db::SCHEMA_VERSION;
 pub use error::{Error, ErrorPath, Result};
-pub use fs::{
-    join, FileReader, FileWriter, Fs, MkdirOptions, Replacement, RmOptions, SYMLINKS_MAX,
-};
+pub use fs::{join, FileReader, FileWriter, Fs, MkdirOptions, Replacement, RmOptions};
 pub use gate::{Backlog, WriteGate};
 pub use ingest::IngestOutcome;
-pub use peers::{Applied, Conflict, PeerState};
+pub use open_files::{FileHandle, OpenFlags};
+pub use peer_rows::PeerState;
+pub use peers::{Applied, Conflict};
+pub use resolve::SYMLINKS_MAX;
 pub use search::{GrepMatch, GrepOptions};
 pub use staged::Opened;
 pub use staging::StagedFile;
 pub use store::{check_name, LINK_MAX, NAME_MAX, PATH_MAX, SYMLINK_MAX};
 pub use types::*;
 pub use workspace::{
-    FileHandle, OpenFlags, Options, Workspace, DISK_RESERVE_BYTES_DEFAULT, FILE_SIZE_MAX_DEFAULT,
-    XATTR_NAME_MAX, XATTR_VALUE_MAX,
+    Options, Workspace, DISK_RESERVE_BYTES_DEFAULT, FILE_SIZE_MAX_DEFAULT, XATTR_NAME_MAX,
+    XATTR_VALUE_MAX,
 };

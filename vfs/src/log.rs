@@ -29,7 +29,7 @@ use std::sync::Arc;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::change_page::order_key;
-use crate::error::{Result, StorageContext};
+use crate::error::{Error, Result, StorageContext};
 use crate::store;
 use crate::types::*;
 
@@ -294,9 +294,7 @@ impl<'c> LogWalk<'c> {
                 break None;
             };
             if chain.len() > store::PATH_MAX {
-                return Err(crate::Error::corrupt(format!(
-                    "{dir} has a cycle of parents"
-                )));
+                return Err(Error::corrupt(format!("{dir} has a cycle of parents")));
             }
             let parent = InodeNo(parent as u64);
             chain.push((current, parent, name, Revision(bound_at as u64)));

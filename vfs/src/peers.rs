@@ -36,27 +36,15 @@
 //! the remover).
 
 use crate::access::Who;
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::Connection;
 
 use crate::block::BlockHash;
 use crate::changes::{self, ChangeEntry, ChangePage, Cursor, EntryState, StoredBlock};
-use crate::error::{Error, Result, StorageContext};
+use crate::error::{Error, Result};
+use crate::peer_rows::{self, PeerState};
 use crate::store;
 use crate::types::*;
 use crate::workspace::Workspace;
-
-/// Where a peer stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PeerState {
-    pub peer: String,
-    /// The identity of the peer's local state; a peer that comes back with another one
-    /// lost its disk and starts over.
-    pub replica_id: String,
-    /// How far the peer has applied this workspace's changes (our revisions).
-    pub delivered: Cursor,
-    /// How far this workspace has applied the peer's changes (the peer's revisions).
-    pub applied: Cursor,
-}
 
 /// A path both sides changed. `kept_as` holds the version that did not stay at `path`
 /// (equal to `path` when a removal was refused and the file stayed).
@@ -89,78 +77,9 @@ impl Applied {
     }
 }
 
-fn load(conn: &Connection, peer: &str) -> Result<Option<PeerState>> {
-    conn.prepare_cached(
-        "SELECT replica_id, delivered_rev, delivered_path, applied_rev, applied_path
-         FROM peers WHERE peer = ?1",
-    )
-    .and_then(|mut s| {
-        s.query_row([peer], |r| {
-            Ok(PeerState {
-                peer: peer.to_owned(),
-                replica_id: r.get(0)?,
-                delivered: Cursor {
-                    revision: Revision(r.get::<_, i64>(1)? as u64),
-                    path: r.get(2)?,
-                },
-                applied: Cursor {
-                    revision: Revision(r.get::<_, i64>(3)? as u64),
-                    path: r.get(4)?,
-                },
-            })
-        })
-        .optional()
-    })
-    .ctx("reading a peer")
-}
-
-fn store_peer(conn: &Connection, state: &PeerState) -> Result<()> {
-    #[cfg(debug_assertions)]
-    assert_cursors_forward(conn, state)?;
-    conn.prepare_cached(
-        "INSERT OR REPLACE INTO peers
-           (peer, replica_id, delivered_rev, delivered_path, applied_rev, applied_path)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            state.peer,
-            state.replica_id,
-            state.delivered.revision.0 as i64,
-            state.delivered.path,
-            state.applied.revision.0 as i64,
-            state.applied.path
-        ])
-    })
-    .ctx("recording a peer")?;
-    Ok(())
-}
-
-/// Debug builds: a peer's cursors never move backwards while it is the same replica (a
-/// replica that lost its disk starts over under a new id).
-#[cfg(debug_assertions)]
-fn assert_cursors_forward(conn: &Connection, state: &PeerState) -> Result<()> {
-    let Some(old) = load(conn, &state.peer)? else {
-        return Ok(());
-    };
-    if old.replica_id == state.replica_id {
-        for (name, new, old) in [
-            ("delivered", &state.delivered, &old.delivered),
-            ("applied", &state.applied, &old.applied),
-        ] {
-            assert!(
-                changes::cursor_at_or_after(new, old),
-                "peer {}: {name} cursor moved back from {old:?} to {new:?}",
-                state.peer
-            );
-        }
-    }
-    Ok(())
-}
-
 /// The peer's record, refusing a replaced replica.
 fn fenced(conn: &Connection, peer: &str, replica_id: &str) -> Result<PeerState> {
-    match load(conn, peer)? {
+    match peer_rows::load(conn, peer)? {
         Some(state) if state.replica_id == replica_id => Ok(state),
         Some(_) => Err(Error::StaleReplica(Default::default())),
         None => Err(Error::invalid("unknown peer: register first")),
@@ -187,33 +106,8 @@ impl PeerView<'_> {
         if changes::cursor_at_or_after(self.base, &at) {
             return Ok(false);
         }
-        Ok(!received_from(conn, revision, self.peer)?)
+        Ok(!peer_rows::received_from(conn, revision, self.peer)?)
     }
-}
-
-/// How far we had applied `peer`'s changes when we made our change at `revision`.
-fn base_of(conn: &Connection, peer: &str, revision: Revision) -> Result<Cursor> {
-    conn.prepare_cached(
-        "SELECT through_rev, through_path FROM applied_through
-         WHERE peer = ?1 AND revision < ?2 ORDER BY revision DESC LIMIT 1",
-    )
-    .and_then(|mut s| {
-        s.query_row(params![peer, revision.0 as i64], |r| {
-            Ok(Cursor {
-                revision: Revision(r.get::<_, i64>(0)? as u64),
-                path: r.get(1)?,
-            })
-        })
-        .optional()
-    })
-    .map(|c| c.unwrap_or(Cursor::START))
-    .ctx("reading how far a peer's changes were applied")
-}
-
-fn received_from(conn: &Connection, revision: Revision, peer: &str) -> Result<bool> {
-    conn.prepare_cached("SELECT 1 FROM received WHERE revision = ?1 AND peer = ?2")
-        .and_then(|mut s| s.exists(params![revision.0 as i64, peer]))
-        .ctx("reading received revisions")
 }
 
 /// A node found at a path, with whether its binding there is unseen by the peer.
@@ -239,23 +133,16 @@ fn find(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<Option<Fo
         if !store::attr(conn, ino)?.is_dir() {
             return Ok(None);
         }
-        let bound: Option<(i64, i64)> = conn
-            .prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
-            .and_then(|mut s| {
-                s.query_row(params![ino.0 as i64, part], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-            })
-            .ctx("reading an entry")?;
-        let Some((child, child_bound_at)) = bound else {
+        let Some((child, child_bound_at)) = store::binding(conn, ino, part)? else {
             return Ok(None);
         };
-        bound_at = bound_at.max(Revision(child_bound_at as u64));
+        bound_at = bound_at.max(child_bound_at);
         parent = ino;
-        ino = InodeNo(child as u64);
+        ino = child;
     }
     let attr = store::attr(conn, ino)?;
     let taken_from_peer =
-        attr.revision > bound_at && received_from(conn, attr.revision, view.peer)?;
+        attr.revision > bound_at && peer_rows::received_from(conn, attr.revision, view.peer)?;
     let bound_unseen = !taken_from_peer && view.unseen(conn, bound_at, path)?;
     Ok(Some(Found {
         parent,
@@ -324,22 +211,14 @@ fn subtree(
     let mut out = Vec::new();
     let mut stack = vec![(ino, path.to_vec(), bound_at)];
     while let Some((dir, dir_path, dir_bound_at)) = stack.pop() {
-        let children: Vec<(i64, Vec<u8>, i64)> = conn
-            .prepare_cached("SELECT ino, name, revision FROM dirents WHERE parent = ?1")
-            .and_then(|mut s| {
-                s.query_map([dir.0 as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                    .collect()
-            })
-            .ctx("listing a directory")?;
-        for (child, name, child_bound_at) in children {
-            let child = InodeNo(child as u64);
+        for (child, name, child_bound_at) in store::bindings(conn, dir)? {
             let mut child_path = dir_path.clone();
             if child_path != b"/" {
                 child_path.push(b'/');
             }
             child_path.extend_from_slice(&name);
             let attr = store::attr(conn, child)?;
-            let bound_at = dir_bound_at.max(Revision(child_bound_at as u64));
+            let bound_at = dir_bound_at.max(child_bound_at);
             let unseen = (!attr.is_dir() && view.dirty.contains(&child))
                 || view.unseen(conn, bound_at.max(attr.revision), &child_path)?;
             if attr.is_dir() {
@@ -477,11 +356,7 @@ fn removed_unseen(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result
     for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
         prefix.push(b'/');
         prefix.extend_from_slice(part);
-        let removed: Option<i64> = conn
-            .prepare_cached("SELECT MAX(revision) FROM tombstones WHERE path = ?1")
-            .and_then(|mut s| s.query_row([&prefix], |r| r.get(0)))
-            .ctx("reading tombstones")?;
-        let Some(removed) = removed.map(|r| Revision(r as u64)) else {
+        let Some(removed) = store::last_removal(conn, &prefix)? else {
             continue;
         };
         let stands = crate::log::binding(conn, &prefix)?.is_some_and(|bound| bound >= removed);
@@ -565,7 +440,7 @@ fn conflict_name(
     state: Option<&EntryState>,
 ) -> Result<(Vec<u8>, bool)> {
     for candidate in conflict_candidates(path, peer, revision) {
-        let taken = match crate::fs::resolve_in(conn, &candidate, false) {
+        let taken = match crate::resolve::resolve_in(conn, &candidate, false) {
             Ok(r) => r.ino,
             Err(Error::NotFound(_)) | Err(Error::NotDir(_)) => None,
             Err(e) => return Err(e),
@@ -664,7 +539,7 @@ enum Authority {
 impl Workspace {
     /// The record of `peer`, if it ever synced.
     pub fn peer(&self, peer: &str) -> Result<Option<PeerState>> {
-        self.db().read(|conn| load(conn, peer))
+        self.db().read(|conn| peer_rows::load(conn, peer))
     }
 
     /// Records `peer` with local state `replica_id`. A known peer with another replica id
@@ -673,7 +548,7 @@ impl Workspace {
     pub fn register_peer(&self, peer: &str, replica_id: &str) -> Result<(PeerState, bool)> {
         self.db().write(|txn| {
             txn.keep_revision();
-            let existing = load(txn, peer)?;
+            let existing = peer_rows::load(txn, peer)?;
             let (state, reset) = match existing {
                 Some(state) if state.replica_id == replica_id => (state, false),
                 other => (
@@ -687,12 +562,9 @@ impl Workspace {
                 ),
             };
             if reset {
-                for table in ["received", "applied_through"] {
-                    txn.execute(&format!("DELETE FROM {table} WHERE peer = ?1"), [peer])
-                        .ctx("forgetting a replaced peer")?;
-                }
+                peer_rows::forget_history(txn, peer)?;
             }
-            store_peer(txn, &state)?;
+            peer_rows::store(txn, &state)?;
             Ok((state, reset))
         })
     }
@@ -712,7 +584,7 @@ impl Workspace {
         // read it all back only to find it is the server's.
         let mut page =
             self.changes_after_skipping(cursor, entries_max, bytes_max, &mut |conn, revision| {
-                received_from(conn, revision, peer)
+                peer_rows::received_from(conn, revision, peer)
             })?;
         let drop: Vec<bool> = self.db().read(|conn| {
             page.entries
@@ -733,7 +605,7 @@ impl Workspace {
                             let now = found.attr.revision;
                             return Ok(!found.attr.is_dir()
                                 && now > e.revision
-                                && received_from(conn, now, peer)?);
+                                && peer_rows::received_from(conn, now, peer)?);
                         }
                     }
                     Ok(false)
@@ -744,7 +616,7 @@ impl Workspace {
         page.entries.retain(|_| !dropped.next().unwrap_or(false));
         self.db().read(|conn| {
             for entry in &mut page.entries {
-                entry.base = base_of(conn, peer, entry.revision)?;
+                entry.base = peer_rows::base_of(conn, peer, entry.revision)?;
             }
             Ok(())
         })?;
@@ -770,7 +642,7 @@ impl Workspace {
             }
             if !changes::cursor_at_or_after(&state.delivered, cursor) {
                 state.delivered = cursor.clone();
-                store_peer(txn, &state)?;
+                peer_rows::store(txn, &state)?;
                 // Received rows stay: an incoming change's base can be older than
                 // this cursor, and deciding what it saw needs them. (One small row per
                 // applied batch; pruning rows no node carries any more is future work.)
@@ -939,31 +811,18 @@ impl Workspace {
                     let mut state = fenced(txn, peer, replica_id)?;
                     if !changes::cursor_at_or_after(&state.applied, through) {
                         state.applied = through.clone();
-                        store_peer(txn, &state)?;
+                        peer_rows::store(txn, &state)?;
                     }
                     // As of our revision now (the one this batch takes, or the last
                     // one when it changed nothing), the peer's changes through
                     // `through` are applied here.
                     let as_of = if txn.takes_revision() {
-                        txn.execute(
-                            "INSERT OR REPLACE INTO received (revision, peer) VALUES (?1, ?2)",
-                            params![txn.revision.0 as i64, peer],
-                        )
-                        .ctx("recording a received revision")?;
-                        txn.revision.0
+                        peer_rows::record_received(txn, txn.revision, peer)?;
+                        txn.revision
                     } else {
-                        txn.revision.0 - 1
+                        Revision(txn.revision.0 - 1)
                     };
-                    txn.execute(
-                        "INSERT INTO applied_through (peer, revision, through_rev, through_path)
-                         VALUES (?1, ?2, ?3, ?4)
-                         ON CONFLICT (peer, revision) DO UPDATE
-                         SET through_rev = excluded.through_rev,
-                             through_path = excluded.through_path",
-                        params![peer, as_of as i64, through.revision.0 as i64, through.path],
-                    )
-                    .ctx("recording how far a peer's changes were applied")?;
-                    Ok(())
+                    peer_rows::record_applied_through(txn, peer, as_of, through)
                 },
             );
             let plan = planned.into_inner();

@@ -12,19 +12,19 @@
 //! - While dirty, size and times come from the staging file (the kernel updates them).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use rusqlite::params;
 
 use crate::access::{self, Who};
 use crate::base::lock;
-use crate::error::{kind, Error, Result, StorageContext};
+use crate::error::{kind, Error, Result};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
+use crate::open_files::{Body, FileHandle, OpenFlags, OpenHandle};
+use crate::staged_rows;
 use crate::staging::{StagedFile, Staging, POOL_LOW};
 use crate::store;
 use crate::types::*;
-use crate::workspace::{FileHandle, HandleEntry, Inner, OpenFlags, Workspace};
+use crate::workspace::Workspace;
 
 /// How long a released file waits before the worker ingests it: short-lived files are
 /// deleted before they cost anything, and small files are ingested together.
@@ -82,17 +82,7 @@ impl Workspace {
     /// Files whose content still waits in staging files to be ingested, as committed
     /// (a cheap count: what `computerd status` shows of a mount).
     pub fn staged_files(&self) -> Result<u64> {
-        self.db().read(|conn| {
-            conn.query_row("SELECT count(*) FROM staged", [], |row| {
-                row.get::<_, i64>(0)
-            })
-            .map(|n| n as u64)
-            .ctx("counting staged files")
-        })
-    }
-
-    pub(crate) fn staging(&self) -> Option<&Staging> {
-        self.inner().staging.as_ref()
+        self.db().read(staged_rows::count)
     }
 
     pub(crate) fn staged_entry(&self, ino: InodeNo) -> Option<Arc<StagedFile>> {
@@ -202,10 +192,7 @@ impl Workspace {
             let ino = store::insert_node(txn, FileKind::File, owner, 0, None, now)?;
             store::insert_dirent(txn, parent, name, ino)?;
             store::touch_dir(txn, parent, 0, now)?;
-            // Cached: this runs for every file the kernel creates.
-            txn.prepare_cached("INSERT INTO staged (ino, file) VALUES (?1, ?2)")
-                .and_then(|mut stmt| stmt.execute(params![ino.0 as i64, file.name]))
-                .ctx("recording a staging file")?;
+            staged_rows::bind(txn, ino, &file.name)?;
             store::attr(txn, ino)
         });
         let attr = match created {
@@ -335,10 +322,10 @@ impl Workspace {
             staged.set_len(0)?;
         }
         let open = self.acquire(staged.ino);
-        Ok(Some(self.add_handle(HandleEntry {
+        Ok(Some(self.files().add_handle(OpenHandle {
             open,
             flags,
-            staged: Some(staged.clone()),
+            body: Body::Staged(staged.clone()),
         })))
     }
 
@@ -368,12 +355,7 @@ impl Workspace {
     fn record_staged(&self, staged: &StagedFile) -> Result<()> {
         self.db().write(|txn| {
             txn.skip_quota();
-            txn.execute(
-                "INSERT OR REPLACE INTO staged (ino, file) VALUES (?1, ?2)",
-                params![staged.ino.0 as i64, staged.name],
-            )
-            .ctx("recording a staging file")?;
-            Ok(())
+            staged_rows::bind(txn, staged.ino, &staged.name)
         })
     }
 
@@ -572,15 +554,13 @@ impl Workspace {
     /// ingested and the buffered path should do the copy (sharing blocks).
     pub(crate) fn staged_copy_range(
         &self,
-        (fh_in, staged_in): (FileHandle, Option<(Arc<StagedFile>, OpenFlags)>),
-        offset_in: u64,
-        (_fh_out, staged_out): (FileHandle, Option<(Arc<StagedFile>, OpenFlags)>),
-        offset_out: u64,
+        (src_handle, offset_in): (&OpenHandle, u64),
+        (dst_handle, offset_out): (&OpenHandle, u64),
         len: u64,
     ) -> Result<Option<u64>> {
-        let Some((dst, dst_flags)) = staged_out else {
+        let Some(dst) = dst_handle.staged() else {
             // Into the buffer: put the source's bytes in the store, then share blocks.
-            if let Some((src, _)) = &staged_in {
+            if let Some(src) = src_handle.staged() {
                 if self.ingest(src)? == IngestOutcome::StillDirty {
                     // A writer is still at work on the source: copy its current bytes.
                     return Ok(None);
@@ -588,7 +568,7 @@ impl Workspace {
             }
             return Ok(None);
         };
-        if !dst_flags.write {
+        if !dst_handle.flags.write {
             return Err(kind::BadHandle());
         }
         if offset_out
@@ -597,14 +577,15 @@ impl Workspace {
         {
             return Err(kind::FileTooBig());
         }
-        if let Some((src, _)) = &staged_in {
-            return copy_between_files(src, offset_in, &dst, offset_out, len).map(Some);
+        if let Some(src) = src_handle.staged() {
+            return copy_between_files(src, offset_in, dst, offset_out, len).map(Some);
         }
         // From the store into the staging file, through memory in bounded pieces.
         const PIECE: u64 = 1 << 20;
         let mut done = 0;
         while done < len {
-            let piece = self.read(fh_in, offset_in + done, PIECE.min(len - done) as usize)?;
+            let piece =
+                self.read_through(src_handle, offset_in + done, PIECE.min(len - done) as usize)?;
             if piece.is_empty() {
                 break;
             }
@@ -623,10 +604,7 @@ impl Workspace {
     ) -> Result<()> {
         // With staging off too: an orphan reaped at open may still be bound by a crash
         // of a staging process, and a binding must never outlive its node (`check`).
-        // Cached: this runs for every node deleted.
-        txn.prepare_cached("DELETE FROM staged WHERE ino = ?1")
-            .and_then(|mut stmt| stmt.execute([ino.0 as i64]))
-            .ctx("unbinding a staging file")?;
+        staged_rows::unbind(txn, ino)?;
         let Some(staging) = self.staging() else {
             return Ok(());
         };
@@ -755,20 +733,7 @@ impl Workspace {
     /// After a crash: ingests every file the `staged` table still binds, then puts the
     /// other files of the staging directory back in the pool.
     pub(crate) fn recover_staging(&self) -> Result<()> {
-        let bound: Vec<(InodeNo, String)> = self.db().read(|conn| {
-            let mut stmt = conn
-                .prepare("SELECT ino, file FROM staged")
-                .ctx("reading staged files")?;
-            let rows = stmt
-                .query_map([], |row| {
-                    Ok((
-                        InodeNo(row.get::<_, i64>(0)? as u64),
-                        row.get::<_, String>(1)?,
-                    ))
-                })
-                .ctx("reading staged files")?;
-            rows.map(|r| r.ctx("reading staged files")).collect()
-        })?;
+        let bound = self.db().read(staged_rows::all)?;
         let temporary;
         let staging = match self.staging() {
             Some(staging) => staging,
@@ -794,9 +759,7 @@ impl Workspace {
                 );
                 self.db().write(|txn| {
                     txn.skip_quota();
-                    txn.execute("DELETE FROM staged WHERE ino = ?1", [ino.0 as i64])
-                        .ctx("unbinding")?;
-                    Ok(())
+                    staged_rows::unbind(txn, *ino)
                 })?;
                 continue;
             }
@@ -828,7 +791,7 @@ impl Workspace {
         // A first pool before the mount is used, so early creates find files ready.
         staging.refill(POOL_LOW)?;
         let queue = staging.queue.clone();
-        let weak: Weak<Inner> = Arc::downgrade(self.inner_arc());
+        let weak = self.downgrade();
         std::thread::Builder::new()
             .name("vfs-ingest".into())
             .spawn(move || {
@@ -863,8 +826,7 @@ impl Workspace {
                             Vec::new()
                         }
                     };
-                    let Some(inner) = weak.upgrade() else { return };
-                    let ws = Workspace::from_inner(inner);
+                    let Some(ws) = weak.upgrade() else { return };
                     ws.staging_work(pending);
                 }
             })
@@ -903,12 +865,11 @@ impl Workspace {
     /// waits for that space instead of failing.
     pub(crate) fn room_maker(&self) -> Option<Box<dyn Fn() -> bool + Send + Sync>> {
         self.staging()?;
-        let weak: Weak<Inner> = Arc::downgrade(self.inner_arc());
+        let weak = self.downgrade();
         Some(Box::new(move || {
-            let Some(inner) = weak.upgrade() else {
+            let Some(ws) = weak.upgrade() else {
                 return false;
             };
-            let ws = Workspace::from_inner(inner);
             let Some(staging) = ws.staging() else {
                 return false;
             };

@@ -659,3 +659,66 @@ pub(crate) fn block_totals(conn: &Connection) -> Result<BlockTotals> {
         stored_bytes: stored as u64,
     })
 }
+
+/// Nodes changed after revision `after` that still have links, and the sum of their
+/// sizes: the backlog a sync loop measures (`gate.rs`). Cheap when the backlog is small
+/// (an index range), proportional to it otherwise.
+pub(crate) fn changed_since(conn: &Connection, after: Revision) -> Result<(u64, u64)> {
+    conn.prepare_cached(
+        "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM nodes
+         WHERE revision > ?1 AND nlink > 0",
+    )
+    .and_then(|mut s| {
+        s.query_row([after.0 as i64], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+        })
+    })
+    .ctx("measuring the backlog")
+}
+
+/// The entry `name` in `parent`: its node and the revision that bound it there.
+pub(crate) fn binding(
+    conn: &Connection,
+    parent: InodeNo,
+    name: &[u8],
+) -> Result<Option<(InodeNo, Revision)>> {
+    conn.prepare_cached("SELECT ino, revision FROM dirents WHERE parent = ?1 AND name = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![parent.0 as i64, name], |r| {
+                Ok((
+                    InodeNo(r.get::<_, i64>(0)? as u64),
+                    Revision(r.get::<_, i64>(1)? as u64),
+                ))
+            })
+            .optional()
+        })
+        .ctx("reading an entry")
+}
+
+/// Every entry of `parent`: (node, name, the revision that bound it there).
+pub(crate) fn bindings(
+    conn: &Connection,
+    parent: InodeNo,
+) -> Result<Vec<(InodeNo, Vec<u8>, Revision)>> {
+    conn.prepare_cached("SELECT ino, name, revision FROM dirents WHERE parent = ?1")
+        .and_then(|mut s| {
+            s.query_map([parent.0 as i64], |r| {
+                Ok((
+                    InodeNo(r.get::<_, i64>(0)? as u64),
+                    r.get(1)?,
+                    Revision(r.get::<_, i64>(2)? as u64),
+                ))
+            })?
+            .collect()
+        })
+        .ctx("listing a directory")
+}
+
+/// The revision of the last removal at `path`, if any left a tombstone.
+pub(crate) fn last_removal(conn: &Connection, path: &[u8]) -> Result<Option<Revision>> {
+    let removed: Option<i64> = conn
+        .prepare_cached("SELECT MAX(revision) FROM tombstones WHERE path = ?1")
+        .and_then(|mut s| s.query_row([path], |r| r.get(0)))
+        .ctx("reading tombstones")?;
+    Ok(removed.map(|r| Revision(r as u64)))
+}

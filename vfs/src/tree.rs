@@ -4,7 +4,7 @@
 use crate::base::lock;
 use crate::content;
 use crate::error::{kind, Error, Result};
-use crate::fs::{resolve_in, Resolved};
+use crate::resolve::{resolve_in, Resolved};
 use crate::store;
 use crate::types::*;
 use crate::workspace::Workspace;

@@ -14,10 +14,9 @@
 //! Lock order: an inode's state, then the writer connection, then the table of open
 //! inodes. Nothing takes them the other way round.
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use crate::access::{self, Access, Credentials, Who};
 use crate::base::lock;
@@ -28,6 +27,10 @@ use crate::content::{self, BlockCache, ContentCtx};
 use crate::db::{self, Db, DbInfo, DbOptions, WriteTxn};
 use crate::error::{kind, Error, Result};
 use crate::gate::{Backlog, WriteGate};
+use crate::log::LogCache;
+use crate::open_files::{Body, OpenFiles, OpenHandle, OpenInode, OpenState};
+use crate::open_files::{FileHandle, OpenFlags};
+use crate::staging::Staging;
 use crate::store::{self, LINK_MAX, SYMLINK_MAX};
 use crate::types::*;
 
@@ -134,247 +137,15 @@ impl std::fmt::Debug for Options {
     }
 }
 
-/// An open file, as the kernel's file handle names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FileHandle(pub u64);
-
-/// How a file is opened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OpenFlags {
-    pub read: bool,
-    pub write: bool,
-    /// Truncate to zero on open (`O_TRUNC`).
-    pub truncate: bool,
-    /// Every write goes to the end of the file (`O_APPEND`).
-    pub append: bool,
-    /// Opened by `execve` to run it (the kernel's `FMODE_EXEC`, which FUSE passes among
-    /// the open flags): a caller needs execute permission instead of read.
-    pub exec: bool,
-}
-
-impl OpenFlags {
-    pub const READ: OpenFlags = OpenFlags {
-        read: true,
-        write: false,
-        truncate: false,
-        append: false,
-        exec: false,
-    };
-    pub const WRITE: OpenFlags = OpenFlags {
-        read: false,
-        write: true,
-        truncate: false,
-        append: false,
-        exec: false,
-    };
-    pub const READ_WRITE: OpenFlags = OpenFlags {
-        read: true,
-        write: true,
-        truncate: false,
-        append: false,
-        exec: false,
-    };
-
-    /// Decodes `open(2)` flags, as the kernel passes them to FUSE.
-    pub fn from_libc(flags: i32) -> OpenFlags {
-        /// The kernel's `__FMODE_EXEC`, set for an open by `execve`; no `O_` flag uses it.
-        const FMODE_EXEC: i32 = 0x20;
-        let access = flags & libc::O_ACCMODE;
-        OpenFlags {
-            read: access == libc::O_RDONLY || access == libc::O_RDWR,
-            write: access == libc::O_WRONLY || access == libc::O_RDWR,
-            truncate: flags & libc::O_TRUNC != 0,
-            append: flags & libc::O_APPEND != 0,
-            exec: flags & FMODE_EXEC != 0,
-        }
-    }
-
-    /// What a caller needs to open a file with these flags.
-    pub(crate) fn access(&self) -> Access {
-        if self.exec {
-            return Access::EXEC;
-        }
-        Access {
-            read: self.read,
-            write: self.write,
-            exec: false,
-        }
-    }
-}
-
-/// Buffered writes of one file: sorted, non-overlapping runs.
-#[derive(Default)]
-pub(crate) struct Dirty {
-    runs: BTreeMap<u64, Vec<u8>>,
-    bytes: usize,
-}
-
-impl Dirty {
-    fn is_empty(&self) -> bool {
-        self.runs.is_empty()
-    }
-
-    /// Records `data` at `offset`, merging with the runs it overlaps or touches.
-    fn insert(&mut self, offset: u64, data: &[u8]) {
-        if data.is_empty() {
-            return;
-        }
-        let end = offset + data.len() as u64;
-        // Fast path: appending to the run that ends exactly here, with nothing after.
-        if let Some((&start, run)) = self.runs.range_mut(..=offset).next_back() {
-            let run_end = start + run.len() as u64;
-            let nothing_after = self.runs_after(offset).is_none_or(|next| next >= end);
-            if run_end == offset && nothing_after {
-                let run = self.runs.get_mut(&start).expect("run exists");
-                run.extend_from_slice(data);
-                self.bytes += data.len();
-                return;
-            }
-        }
-        // General case: collect every run overlapping or touching [offset, end].
-        let mut first = offset;
-        let mut last = end;
-        let touching: Vec<u64> = self
-            .runs
-            .range(..=end)
-            .filter(|(&s, r)| s + r.len() as u64 >= offset)
-            .map(|(&s, _)| s)
-            .collect();
-        if let Some(&s) = touching.first() {
-            first = first.min(s);
-        }
-        let mut merged_parts: Vec<(u64, Vec<u8>)> = Vec::with_capacity(touching.len());
-        for s in touching {
-            let run = self.runs.remove(&s).expect("run exists");
-            self.bytes -= run.len();
-            last = last.max(s + run.len() as u64);
-            merged_parts.push((s, run));
-        }
-        let mut merged = vec![0u8; (last - first) as usize];
-        for (s, run) in &merged_parts {
-            let at = (s - first) as usize;
-            merged[at..at + run.len()].copy_from_slice(run);
-        }
-        let at = (offset - first) as usize;
-        merged[at..at + data.len()].copy_from_slice(data);
-        self.bytes += merged.len();
-        self.runs.insert(first, merged);
-    }
-
-    fn runs_after(&self, offset: u64) -> Option<u64> {
-        self.runs.range(offset + 1..).next().map(|(&s, _)| s)
-    }
-
-    /// Removes everything at or past `size` and returns it, so that a failed truncation
-    /// can put it back ([`Dirty::rejoin`]).
-    fn split_off(&mut self, size: u64) -> Dirty {
-        let mut tail = Dirty::default();
-        if let Some((&s, run)) = self.runs.range_mut(..size).next_back() {
-            let keep = (size - s) as usize;
-            if run.len() > keep {
-                let cut = run.split_off(keep);
-                self.bytes -= cut.len();
-                tail.bytes += cut.len();
-                tail.runs.insert(size, cut);
-            }
-        }
-        let doomed: Vec<u64> = self.runs.range(size..).map(|(&s, _)| s).collect();
-        for s in doomed {
-            let run = self.runs.remove(&s).expect("run exists");
-            self.bytes -= run.len();
-            tail.bytes += run.len();
-            tail.runs.insert(s, run);
-        }
-        tail
-    }
-
-    /// Puts back what [`Dirty::split_off`] removed.
-    fn rejoin(&mut self, tail: Dirty) {
-        for (s, run) in tail.runs {
-            self.insert(s, &run);
-        }
-    }
-
-    /// Copies buffered bytes over `buf`, which holds the file from `offset`.
-    fn overlay(&self, offset: u64, buf: &mut [u8]) {
-        let end = offset + buf.len() as u64;
-        let start_key = self
-            .runs
-            .range(..=offset)
-            .next_back()
-            .map_or(offset, |(&s, _)| s);
-        for (&s, run) in self.runs.range(start_key..end) {
-            let run_end = s + run.len() as u64;
-            if run_end <= offset {
-                continue;
-            }
-            let from = offset.max(s);
-            let to = end.min(run_end);
-            buf[(from - offset) as usize..(to - offset) as usize]
-                .copy_from_slice(&run[(from - s) as usize..(to - s) as usize]);
-        }
-    }
-
-    fn patch(&self) -> Vec<(u64, &[u8])> {
-        self.runs.iter().map(|(&s, r)| (s, r.as_slice())).collect()
-    }
-
-    pub(crate) fn clear(&mut self) -> usize {
-        let bytes = self.bytes;
-        self.runs.clear();
-        self.bytes = 0;
-        bytes
-    }
-}
-
-/// The shared state of an inode with open handles.
-pub(crate) struct OpenInode {
-    pub(crate) ino: InodeNo,
-    /// Handles (and transient users); changed only under the open-table lock.
-    users: AtomicU64,
-    /// Its last link went while it was open: the last release must delete it.
-    maybe_orphan: std::sync::atomic::AtomicBool,
-    /// The stored mode may hold set-id bits that a write takes away
-    /// ([`Workspace::drop_setid_after_write`]). Set when the inode is opened and again by
-    /// whatever may add such bits while it is open (chmod, a peer's changes); cleared
-    /// only when the stored mode has none, so a write to an ordinary file asks nothing
-    /// of the database.
-    setid_maybe: std::sync::atomic::AtomicBool,
-    pub(crate) state: Mutex<OpenState>,
-}
-
-#[derive(Default)]
-pub(crate) struct OpenState {
-    /// Whether `size` has been read from the database yet.
-    pub(crate) loaded: bool,
-    /// The file size including buffered writes.
-    pub(crate) size: u64,
-    pub(crate) dirty: Dirty,
-    /// The time of the last buffered write, committed as mtime and ctime.
-    pub(crate) written_at: Option<TimestampNs>,
-    /// The node had no link left when it was opened (reopened through /proc, or opened
-    /// by a racing path lookup): its last user must delete it.
-    pub(crate) opened_unlinked: bool,
-}
-
-pub(crate) struct HandleEntry {
-    pub(crate) open: Arc<OpenInode>,
-    pub(crate) flags: OpenFlags,
-    /// Set when the handle reads and writes a staging file instead of the buffer.
-    pub(crate) staged: Option<Arc<crate::staging::StagedFile>>,
-}
-
-pub(crate) struct Inner {
+struct Inner {
     db: Db,
     info: DbInfo,
     chunker: Chunker,
     cache: BlockCache,
     options: Options,
-    open: Mutex<HashMap<InodeNo, Arc<OpenInode>>>,
-    handles: Mutex<HashMap<u64, HandleEntry>>,
-    next_handle: AtomicU64,
-    dirty_total: AtomicUsize,
-    pub(crate) staging: Option<crate::staging::Staging>,
+    /// Open inodes, their write buffers and handles.
+    files: OpenFiles,
+    staging: Option<Staging>,
     /// Whether any extended attribute may exist. The kernel asks for
     /// `security.capability` before the first write to every file; while no attribute
     /// was ever set, that is answered without touching the database.
@@ -382,26 +153,32 @@ pub(crate) struct Inner {
     /// Writers pass it before adding to the tree (see `gate.rs`).
     gate: WriteGate,
     /// The last large revision of the change log read, for the next page (`log.rs`).
-    log_cache: crate::log::LogCache,
+    log_cache: LogCache,
 }
 
-impl Inner {
-    pub(crate) fn log_cache(&self) -> &crate::log::LogCache {
-        &self.log_cache
+/// A workspace that does not keep it open: what its own background threads hold.
+pub(crate) struct WeakWorkspace(Weak<Inner>);
+
+impl WeakWorkspace {
+    /// The workspace, if something else still holds it open.
+    pub(crate) fn upgrade(&self) -> Option<Workspace> {
+        self.0.upgrade().map(|inner| Workspace { inner })
     }
 }
 
 impl Workspace {
-    pub(crate) fn inner(&self) -> &Inner {
-        &self.inner
+    pub(crate) fn downgrade(&self) -> WeakWorkspace {
+        WeakWorkspace(Arc::downgrade(&self.inner))
     }
 
-    pub(crate) fn inner_arc(&self) -> &Arc<Inner> {
-        &self.inner
+    /// The staging part: files the kernel writes directly (`staging.rs`), if on.
+    pub(crate) fn staging(&self) -> Option<&Staging> {
+        self.inner.staging.as_ref()
     }
 
-    pub(crate) fn from_inner(inner: Arc<Inner>) -> Workspace {
-        Workspace { inner }
+    /// The last large revision of the change log read (`log.rs`).
+    pub(crate) fn log_cache(&self) -> &LogCache {
+        &self.inner.log_cache
     }
 
     pub(crate) fn options(&self) -> &Options {
@@ -420,9 +197,14 @@ impl Workspace {
         &self.inner.cache
     }
 
+    /// The open inodes and handles.
+    pub(crate) fn files(&self) -> &OpenFiles {
+        &self.inner.files
+    }
+
     /// Forgets `bytes` of buffered writes that were committed or dropped.
     pub(crate) fn dirty_released(&self, bytes: usize) {
-        self.inner.dirty_total.fetch_sub(bytes, Ordering::SeqCst);
+        self.inner.files.dirty_released(bytes);
     }
 
     pub(crate) fn file_size_max(&self) -> u64 {
@@ -431,13 +213,12 @@ impl Workspace {
 
     /// Inodes with open handles right now.
     pub(crate) fn open_inodes(&self) -> Vec<InodeNo> {
-        lock(&self.inner.open).keys().copied().collect()
+        self.inner.files.inodes()
     }
 
     /// Commits the buffered writes of every open inode.
     pub(crate) fn commit_all(&self) -> Result<()> {
-        let open: Vec<Arc<OpenInode>> = lock(&self.inner.open).values().cloned().collect();
-        for inode in open {
+        for inode in self.inner.files.all() {
             let mut state = lock(&inode.state);
             if state.loaded {
                 self.commit_locked(inode.ino, &mut state, false)?;
@@ -509,10 +290,7 @@ impl Workspace {
                 info,
                 chunker,
                 options,
-                open: Mutex::new(HashMap::new()),
-                handles: Mutex::new(HashMap::new()),
-                next_handle: AtomicU64::new(1),
-                dirty_total: AtomicUsize::new(0),
+                files: OpenFiles::default(),
                 staging,
                 xattrs_maybe: std::sync::atomic::AtomicBool::new(true),
                 gate: Default::default(),
@@ -543,11 +321,6 @@ impl Workspace {
     /// commit.
     pub fn halted(&self) -> Option<String> {
         self.inner.db.halted()
-    }
-
-    /// The path API over this workspace.
-    pub fn fs(&self) -> crate::Fs {
-        crate::Fs::new(self.clone())
     }
 
     /// A random id chosen when the workspace was created.
@@ -598,7 +371,11 @@ impl Workspace {
 
     /// Nodes changed after revision `after`, and their content's size (`gate.rs`).
     pub fn backlog(&self, after: Revision) -> Result<Backlog> {
-        self.inner.db.read(|conn| crate::gate::backlog(conn, after))
+        let (nodes, bytes) = self
+            .inner
+            .db
+            .read(|conn| store::changed_since(conn, after))?;
+        Ok(Backlog { nodes, bytes })
     }
 
     /// The current revision: the last committed mutation.
@@ -679,8 +456,7 @@ impl Workspace {
         if self.staged_overlay(&mut attr) {
             return attr;
         }
-        let open = lock(&self.inner.open).get(&attr.ino).cloned();
-        if let Some(open) = open {
+        if let Some(open) = self.inner.files.get(attr.ino) {
             let state = lock(&open.state);
             if state.loaded {
                 attr.size = state.size;
@@ -978,18 +754,9 @@ impl Workspace {
         if attr.nlink != 1 {
             return store::add_nlink(txn, ino, -1, now);
         }
-        // The flag is set under the open-table lock, so the last release either
-        // comes after (and sees it) or came before (and we find no entry).
-        let flagged = match lock(&self.inner.open).get(&ino) {
-            // Open: the last release deletes it (and looks again, in case this
-            // mutation is rolled back).
-            Some(open) => {
-                open.maybe_orphan.store(true, Ordering::SeqCst);
-                true
-            }
-            None => false,
-        };
-        if flagged {
+        // Open: the last release deletes it (and looks again, in case this mutation is
+        // rolled back).
+        if self.inner.files.mark_orphan(ino) {
             // Kept, with no links, until its last handle goes.
             store::add_nlink(txn, ino, -1, now)?;
         } else {
@@ -1008,13 +775,11 @@ impl Workspace {
 
     /// Whether some open node has lost its last link: its last release deletes it.
     pub(crate) fn open_orphans(&self) -> bool {
-        lock(&self.inner.open)
-            .values()
-            .any(|open| open.maybe_orphan.load(Ordering::SeqCst))
+        self.inner.files.any_orphan()
     }
 
     pub(crate) fn is_open(&self, ino: InodeNo) -> bool {
-        lock(&self.inner.open).contains_key(&ino)
+        self.inner.files.is_open(ino)
     }
 
     /// Removes an empty directory.
@@ -1263,7 +1028,7 @@ impl Workspace {
         }
         // Buffered writes carry an mtime that an explicit one must override.
         if rest.mtime.is_some() {
-            if let Some(open) = lock(&self.inner.open).get(&ino).cloned() {
+            if let Some(open) = self.inner.files.get(ino) {
                 lock(&open.state).written_at = None;
             }
         }
@@ -1317,41 +1082,14 @@ impl Workspace {
 
     /// Registers one more user of `ino`'s shared state.
     pub(crate) fn acquire(&self, ino: InodeNo) -> Arc<OpenInode> {
-        let mut open = lock(&self.inner.open);
-        let entry = open.entry(ino).or_insert_with(|| {
-            Arc::new(OpenInode {
-                ino,
-                users: AtomicU64::new(0),
-                maybe_orphan: std::sync::atomic::AtomicBool::new(false),
-                setid_maybe: std::sync::atomic::AtomicBool::new(true),
-                state: Mutex::new(OpenState::default()),
-            })
-        });
-        entry.users.fetch_add(1, Ordering::SeqCst);
-        entry.clone()
-    }
-
-    /// Drops one user; the last one removes the shared state. Returns whether it was the
-    /// last.
-    pub(crate) fn unacquire(&self, open: &Arc<OpenInode>) -> bool {
-        let mut table = lock(&self.inner.open);
-        let left = open.users.fetch_sub(1, Ordering::SeqCst) - 1;
-        if left == 0 {
-            if let Some(current) = table.get(&open.ino) {
-                if Arc::ptr_eq(current, open) {
-                    table.remove(&open.ino);
-                }
-            }
-            return true;
-        }
-        false
+        self.inner.files.acquire(ino)
     }
 
     /// Drops one user of `open`; the last one drops what the state still buffers (its
     /// commit failed and was reported) and deletes the node if it lost its last link
     /// while in use. Every user acquired with [`Workspace::acquire`] ends here.
     pub(crate) fn finish_use(&self, open: &Arc<OpenInode>) -> Result<()> {
-        if !self.unacquire(open) {
+        if !self.inner.files.unacquire(open) {
             return Ok(());
         }
         let dropped = lock(&open.state).dirty.clear();
@@ -1362,8 +1100,7 @@ impl Workspace {
                 open.ino
             );
         }
-        let unlinked =
-            open.maybe_orphan.load(Ordering::SeqCst) || lock(&open.state).opened_unlinked;
+        let unlinked = open.maybe_orphan() || lock(&open.state).opened_unlinked;
         if !unlinked {
             return Ok(());
         }
@@ -1445,46 +1182,41 @@ impl Workspace {
             let _ = self.finish_use(&open);
             return Err(err);
         }
-        Ok(self.add_handle(HandleEntry {
+        Ok(self.inner.files.add_handle(OpenHandle {
             open,
             flags,
-            staged: None,
+            body: Body::Buffered,
         }))
     }
 
-    pub(crate) fn add_handle(&self, entry: HandleEntry) -> FileHandle {
-        let id = self.inner.next_handle.fetch_add(1, Ordering::SeqCst);
-        lock(&self.inner.handles).insert(id, entry);
-        FileHandle(id)
-    }
-
-    /// The staging file a handle works on, if any.
-    pub(crate) fn handle_staged(
-        &self,
-        fh: FileHandle,
-    ) -> Result<Option<(Arc<crate::staging::StagedFile>, OpenFlags)>> {
-        let handles = lock(&self.inner.handles);
-        let entry = handles.get(&fh.0).ok_or_else(kind::BadHandle)?;
-        Ok(entry.staged.clone().map(|s| (s, entry.flags)))
-    }
-
-    fn handle(&self, fh: FileHandle) -> Result<(Arc<OpenInode>, OpenFlags)> {
-        let handles = lock(&self.inner.handles);
-        let entry = handles.get(&fh.0).ok_or_else(kind::BadHandle)?;
-        Ok((entry.open.clone(), entry.flags))
+    fn handle(&self, fh: FileHandle) -> Result<OpenHandle> {
+        self.inner.files.handle(fh)
     }
 
     /// The inode a handle refers to.
     pub fn handle_inode(&self, fh: FileHandle) -> Result<InodeNo> {
-        Ok(self.handle(fh)?.0.ino)
+        Ok(self.handle(fh)?.open.ino)
     }
 
     /// Reads up to `size` bytes at `offset`; fewer at the end of the file.
     pub fn read(&self, fh: FileHandle, offset: u64, size: usize) -> Result<Vec<u8>> {
-        if let Some((staged, _)) = self.handle_staged(fh)? {
-            return self.staged_read(&staged, offset, size);
+        self.read_through(&self.handle(fh)?, offset, size)
+    }
+
+    /// [`Workspace::read`] of an open handle.
+    pub(crate) fn read_through(
+        &self,
+        handle: &OpenHandle,
+        offset: u64,
+        size: usize,
+    ) -> Result<Vec<u8>> {
+        match &handle.body {
+            Body::Staged(staged) => self.staged_read(staged, offset, size),
+            Body::Buffered => self.buffered_read(&handle.open, offset, size),
         }
-        let (open, _) = self.handle(fh)?;
+    }
+
+    fn buffered_read(&self, open: &OpenInode, offset: u64, size: usize) -> Result<Vec<u8>> {
         let mut state = lock(&open.state);
         self.load_state(open.ino, &mut state)?;
         let end = state.size.min(offset.saturating_add(size as u64));
@@ -1518,12 +1250,12 @@ impl Workspace {
     /// the caller's cached attributes can be refreshed. Costs a read of the stored mode
     /// only while it may hold set-id bits.
     pub fn drop_setid_after_write(&self, who: Who<'_>, fh: FileHandle) -> Result<bool> {
-        let (open, _) = self.handle(fh)?;
+        let open = self.handle(fh)?.open;
         let Some(cred) = who.cred() else {
             return Ok(false);
         };
         // Cleared before the read, so a chmod that lands after it arms it again.
-        if !open.setid_maybe.swap(false, Ordering::SeqCst) {
+        if !open.take_setid_check() {
             return Ok(false);
         }
         let attr = self.stored_attr(open.ino)?;
@@ -1531,7 +1263,7 @@ impl Workspace {
             return Ok(false);
         }
         // Which bits go depends on the writer: the next write asks again.
-        open.setid_maybe.store(true, Ordering::SeqCst);
+        open.keep_setid_check();
         let perm = access::perm_without_privileges(&attr, cred);
         if perm == attr.perm {
             return Ok(false);
@@ -1547,14 +1279,7 @@ impl Workspace {
     /// Tells open inodes that their stored modes may have gained set-id bits: `ino`, or
     /// every open inode (`None`: a peer's changes landed).
     pub(crate) fn setid_may_be_back(&self, ino: Option<InodeNo>) {
-        let open = lock(&self.inner.open);
-        let touched = match ino {
-            Some(ino) => open.get(&ino).into_iter().collect::<Vec<_>>(),
-            None => open.values().collect(),
-        };
-        for inode in touched {
-            inode.setid_maybe.store(true, Ordering::SeqCst);
-        }
+        self.inner.files.setid_may_be_back(ino);
     }
 
     /// Like [`Workspace::write`]; without `stamp_times` the write leaves mtime and ctime
@@ -1566,10 +1291,23 @@ impl Workspace {
         data: &[u8],
         stamp_times: bool,
     ) -> Result<usize> {
-        if let Some((staged, flags)) = self.handle_staged(fh)? {
-            return self.staged_write(&staged, flags, offset, data);
+        let handle = self.handle(fh)?;
+        match &handle.body {
+            Body::Staged(staged) => self.staged_write(staged, handle.flags, offset, data),
+            Body::Buffered => {
+                self.buffered_write(&handle.open, handle.flags, offset, data, stamp_times)
+            }
         }
-        let (open, flags) = self.handle(fh)?;
+    }
+
+    fn buffered_write(
+        &self,
+        open: &OpenInode,
+        flags: OpenFlags,
+        offset: u64,
+        data: &[u8],
+        stamp_times: bool,
+    ) -> Result<usize> {
         if !flags.write {
             return Err(kind::BadHandle());
         }
@@ -1603,7 +1341,7 @@ impl Workspace {
         let before = state.dirty.bytes;
         state.dirty.insert(offset, data);
         let grown = state.dirty.bytes.saturating_sub(before);
-        let total = self.inner.dirty_total.fetch_add(grown, Ordering::SeqCst) + grown;
+        let total = self.inner.files.dirty_grown(grown);
         state.size = state.size.max(end);
         if stamp_times {
             state.written_at = Some(now);
@@ -1623,11 +1361,16 @@ impl Workspace {
 
     /// Commits the handle's inode's buffered writes (called on every close).
     pub fn flush(&self, fh: FileHandle) -> Result<()> {
-        if self.handle_staged(fh)?.is_some() {
+        let handle = self.handle(fh)?;
+        match &handle.body {
             // The kernel wrote the staging file itself; it is ingested at release.
-            return Ok(());
+            Body::Staged(_) => Ok(()),
+            Body::Buffered => self.commit_open(&handle.open),
         }
-        let (open, _) = self.handle(fh)?;
+    }
+
+    /// Commits what an open inode buffers.
+    fn commit_open(&self, open: &OpenInode) -> Result<()> {
         let mut state = lock(&open.state);
         if !state.loaded {
             return Ok(());
@@ -1637,32 +1380,24 @@ impl Workspace {
 
     /// Commits and makes durable everything written through this handle's inode.
     pub fn fsync(&self, fh: FileHandle) -> Result<()> {
-        if let Some((staged, _)) = self.handle_staged(fh)? {
-            self.ingest(&staged)?;
-            return self.sync_wal();
+        let handle = self.handle(fh)?;
+        match &handle.body {
+            Body::Staged(staged) => self.ingest(staged).map(drop)?,
+            Body::Buffered => self.commit_open(&handle.open)?,
         }
-        self.flush(fh)?;
         self.sync_wal()
     }
 
     /// Closes a handle, committing what it buffered.
     pub fn release(&self, fh: FileHandle) -> Result<()> {
-        let entry = lock(&self.inner.handles)
-            .remove(&fh.0)
-            .ok_or_else(kind::BadHandle)?;
-        if let Some(staged) = &entry.staged {
-            self.staged_release(staged, entry.flags);
+        let handle = self.inner.files.remove_handle(fh)?;
+        if let Body::Staged(staged) = &handle.body {
+            self.staged_release(staged, handle.flags);
         }
-        let open = entry.open;
-        let committed = {
-            let mut state = lock(&open.state);
-            if state.loaded {
-                self.commit_locked(open.ino, &mut state, false)
-            } else {
-                Ok(())
-            }
-        };
-        self.finish_use(&open)?;
+        // A staged handle's inode may buffer writes too: a path write (a peer's, a
+        // tool's) that went through the buffer while the file was staged.
+        let committed = self.commit_open(&handle.open);
+        self.finish_use(&handle.open)?;
         committed
     }
 
@@ -1678,23 +1413,16 @@ impl Workspace {
     ) -> Result<u64> {
         self.write_gate().pass()?;
         self.check_copy_ranges((fh_in, offset_in), (fh_out, offset_out), len)?;
-        let staged_in = self.handle_staged(fh_in)?;
-        let staged_out = self.handle_staged(fh_out)?;
-        let src_staged = staged_in.is_some();
-        if staged_in.is_some() || staged_out.is_some() {
-            let copied = self.staged_copy_range(
-                (fh_in, staged_in),
-                offset_in,
-                (fh_out, staged_out),
-                offset_out,
-                len,
-            )?;
+        let (src_handle, dst_handle) = (self.handle(fh_in)?, self.handle(fh_out)?);
+        let src_staged = src_handle.staged().is_some();
+        if src_staged || dst_handle.staged().is_some() {
+            let copied =
+                self.staged_copy_range((&src_handle, offset_in), (&dst_handle, offset_out), len)?;
             if let Some(copied) = copied {
                 return Ok(copied);
             }
         }
-        let (src, _) = self.handle(fh_in)?;
-        let (dst, _) = self.handle(fh_out)?;
+        let (src, dst) = (src_handle.open, dst_handle.open);
         let src_size = self.copy_source_size(&src, src_staged)?;
         let len = len.min(src_size.saturating_sub(offset_in));
         if len == 0 {
@@ -1711,7 +1439,7 @@ impl Workspace {
             self.load_state(dst.ino, &mut state)?;
             if state.size <= src_size {
                 let freed = state.dirty.clear();
-                self.inner.dirty_total.fetch_sub(freed, Ordering::SeqCst);
+                self.inner.files.dirty_released(freed);
                 let now = self.now();
                 let (src_ino, dst_ino) = (src.ino, dst.ino);
                 self.inner.db.write(|txn| {
@@ -1766,12 +1494,12 @@ impl Workspace {
         (fh_out, offset_out): (FileHandle, u64),
         len: u64,
     ) -> Result<()> {
-        let (src, _) = self.handle(fh_in)?;
-        let (dst, dst_flags) = self.handle(fh_out)?;
-        if !dst_flags.write {
+        let src = self.handle(fh_in)?.open;
+        let dst = self.handle(fh_out)?;
+        if !dst.flags.write {
             return Err(kind::BadHandle());
         }
-        if src.ino != dst.ino {
+        if src.ino != dst.open.ino {
             return Ok(());
         }
         let size = self.getattr(src.ino)?.size;
@@ -1790,7 +1518,7 @@ impl Workspace {
         let before = state.dirty.bytes;
         state.dirty.insert(offset, data);
         let grown = state.dirty.bytes.saturating_sub(before);
-        self.inner.dirty_total.fetch_add(grown, Ordering::SeqCst);
+        self.inner.files.dirty_grown(grown);
         state.size = state.size.max(offset + data.len() as u64);
         state.written_at = Some(self.now());
         if state.dirty.bytes >= self.inner.options.dirty_file_bytes_max {
@@ -1803,10 +1531,13 @@ impl Workspace {
     /// is within the file. The store allocates on write, so nothing is reserved.
     pub fn allocate(&self, fh: FileHandle, offset: u64, len: u64, keep_size: bool) -> Result<()> {
         self.write_gate().pass()?;
-        if let Some((staged, flags)) = self.handle_staged(fh)? {
-            return self.staged_allocate(&staged, flags, offset, len, keep_size);
-        }
-        let (open, flags) = self.handle(fh)?;
+        let handle = self.handle(fh)?;
+        let (open, flags) = match &handle.body {
+            Body::Staged(staged) => {
+                return self.staged_allocate(staged, handle.flags, offset, len, keep_size)
+            }
+            Body::Buffered => (&handle.open, handle.flags),
+        };
         if !flags.write {
             return Err(kind::BadHandle());
         }
@@ -1823,7 +1554,7 @@ impl Workspace {
             state.size
         };
         if end > size {
-            self.set_size(&open, end, self.now())?;
+            self.set_size(open, end, self.now())?;
         }
         Ok(())
     }
@@ -1831,13 +1562,7 @@ impl Workspace {
     /// Commits every buffered write and makes the database durable.
     pub fn sync(&self) -> Result<()> {
         self.settle_staged()?;
-        let open: Vec<Arc<OpenInode>> = lock(&self.inner.open).values().cloned().collect();
-        for inode in open {
-            let mut state = lock(&inode.state);
-            if state.loaded {
-                self.commit_locked(inode.ino, &mut state, false)?;
-            }
-        }
+        self.commit_all()?;
         self.sync_wal()
     }
 
@@ -2130,7 +1855,7 @@ impl Inner {
             store::store_attr(txn, &attr)
         })?;
         let freed = state.dirty.clear();
-        self.dirty_total.fetch_sub(freed, Ordering::SeqCst);
+        self.files.dirty_released(freed);
         state.written_at = None;
         Ok(())
     }
@@ -2143,11 +1868,7 @@ impl Drop for Inner {
             staging.stop();
         }
         // Handles still open when the workspace goes away: commit what they buffered.
-        let open: Vec<Arc<OpenInode>> = self
-            .open
-            .get_mut()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default();
+        let open = self.files.drain();
         if !open.is_empty() {
             tracing::debug!("{} inodes still open at close", open.len());
         }
@@ -2168,7 +1889,7 @@ mod tests {
     use super::*;
 
     fn dirty_total(ws: &Workspace) -> usize {
-        ws.inner.dirty_total.load(Ordering::SeqCst)
+        ws.inner.files.dirty_total()
     }
 
     #[test]
