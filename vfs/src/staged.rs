@@ -187,11 +187,15 @@ impl Workspace {
         };
         let now = self.now();
         let created = self.db().write(|txn| {
-            let dir = Workspace::check_new_entry_as(txn, who.cred(), parent, name)?;
-            let owner = Workspace::owner_in(&dir, who.cred(), owner, FileKind::File);
-            let ino = store::insert_node(txn, FileKind::File, owner, 0, None, now)?;
-            store::insert_dirent(txn, parent, name, ino)?;
-            store::touch_dir(txn, parent, 0, now)?;
+            let ino = Workspace::insert_entry_node(
+                txn,
+                who.cred(),
+                (parent, name),
+                FileKind::File,
+                owner,
+                0,
+                now,
+            )?;
             staged_rows::bind(txn, ino, &file.name)?;
             store::attr(txn, ino)
         });

@@ -514,7 +514,7 @@ impl Workspace {
 
     /// [`Workspace::check_new_entry`], by `cred` if given (write and search permission
     /// on `parent`, after the checks Linux makes first). Returns the directory.
-    pub(crate) fn check_new_entry_as(
+    fn check_new_entry_as(
         txn: &WriteTxn<'_>,
         cred: Option<&Credentials<'_>>,
         parent: InodeNo,
@@ -541,7 +541,7 @@ impl Workspace {
 
     /// The owner of a node made in `dir`: as given by a trusted caller, or decided by the
     /// rules for `cred` (its ids, the directory's group if set-group-id).
-    pub(crate) fn owner_in(
+    fn owner_in(
         dir: &Attr,
         cred: Option<&Credentials<'_>>,
         owner: NewNode,
@@ -574,13 +574,29 @@ impl Workspace {
         self.write_gate().pass()?;
         let now = self.now();
         self.inner.db.write(|txn| {
-            let dir = Self::check_new_entry_as(txn, cred, parent, name)?;
-            let owner = Self::owner_in(&dir, cred, owner, kind);
-            let ino = store::insert_node(txn, kind, owner, rdev, None, now)?;
-            store::insert_dirent(txn, parent, name, ino)?;
-            store::touch_dir(txn, parent, 0, now)?;
+            let ino = Self::insert_entry_node(txn, cred, (parent, name), kind, owner, rdev, now)?;
             store::attr(txn, ino)
         })
+    }
+
+    /// Inside a mutation: checks that `cred` may add `name` to `parent` and adds a new
+    /// node of `kind` there, owned as Linux owns it. What every creation of a file or
+    /// special node shares, staged or not.
+    pub(crate) fn insert_entry_node(
+        txn: &mut WriteTxn<'_>,
+        cred: Option<&Credentials<'_>>,
+        (parent, name): (InodeNo, &[u8]),
+        kind: FileKind,
+        owner: NewNode,
+        rdev: u32,
+        now: TimestampNs,
+    ) -> Result<InodeNo> {
+        let dir = Self::check_new_entry_as(txn, cred, parent, name)?;
+        let owner = Self::owner_in(&dir, cred, owner, kind);
+        let ino = store::insert_node(txn, kind, owner, rdev, None, now)?;
+        store::insert_dirent(txn, parent, name, ino)?;
+        store::touch_dir(txn, parent, 0, now)?;
+        Ok(ino)
     }
 
     /// Creates a regular file and opens it.
