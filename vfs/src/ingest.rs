@@ -306,7 +306,13 @@ impl Workspace {
         Ok(chunks)
     }
 
+    /// Whether `staged` is still its inode's staging file (not deleted or replaced since
+    /// its ingestion began). Without staging on, only a recovery at open ingests, with
+    /// nothing else running.
     fn still_staged(&self, staged: &Arc<StagedFile>) -> bool {
+        if self.staging().is_none() {
+            return true;
+        }
         self.staged_entry(staged.ino)
             .is_some_and(|current| Arc::ptr_eq(&current, staged))
     }

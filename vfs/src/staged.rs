@@ -754,7 +754,7 @@ impl Workspace {
         };
         // A set: with the pool's spares the directory can hold thousands of names, and
         // every bound file is looked up in it.
-        let existing: std::collections::HashSet<String> =
+        let mut existing: std::collections::HashSet<String> =
             Staging::open(staging.dir(), 0, 0)?.1.into_iter().collect();
         for (ino, file) in &bound {
             if !existing.contains(file) {
@@ -768,8 +768,17 @@ impl Workspace {
                 continue;
             }
             let staged = staging.bind_existing(*ino, file, true)?;
+            // The inode's staging file, as ingestion expects to find it (a large file is
+            // ingested in several transactions, and dropped if its entry goes away).
+            lock(&staging.entries).insert(*ino, staged.clone());
             match self.ingest(&staged)? {
-                IngestOutcome::Clean | IngestOutcome::Gone => {}
+                // Kept as a clean cached file, not put back in the pool.
+                IngestOutcome::Clean => {
+                    existing.remove(file);
+                }
+                IngestOutcome::Gone => {
+                    lock(&staging.entries).remove(ino);
+                }
                 IngestOutcome::StillDirty => {
                     return Err(Error::corrupt(format!(
                         "{ino}: recovery of {file} did not complete"

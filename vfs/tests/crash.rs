@@ -454,12 +454,14 @@ fn cut_write_matches(before: &Tree, actual: &Tree, m: &Mutation) -> bool {
     expected == *found
 }
 
-/// Sizes: mostly small, some medium, a few of several MiB.
+/// Sizes: mostly small, some medium, a few of several MiB, some of them larger than one
+/// ingestion batch (4 MiB), which ingestion and recovery store in several transactions.
 fn size(rng: &mut Rng) -> u64 {
     match rng.below(20) {
         0..=11 => rng.below(8 << 10),
         12..=17 => rng.below(512 << 10),
-        _ => (1 << 20) + rng.below(3 << 20),
+        18 => (1 << 20) + rng.below(3 << 20),
+        _ => (5 << 20) + rng.below(4 << 20),
     }
 }
 
@@ -620,6 +622,16 @@ enum KillAt {
 }
 
 fn kill_point(rng: &mut Rng, round: u64, plan: &[Mutation]) -> KillAt {
+    if Mode::of_round(round) == Mode::Staged && round % 2 == 0 {
+        // Just after a write larger than one ingestion batch was released, before the
+        // worker ingests it (a second later): the next open must recover it whole.
+        let huge: Vec<usize> = (1..60)
+            .filter(|&i| matches!(plan[i], Mutation::Write { len, .. } if len > 4 << 20))
+            .collect();
+        if let Some(&at) = (!huge.is_empty()).then(|| rng.pick(&huge)) {
+            return KillAt::Acks(at + 1, Duration::from_micros(rng.below(2_000)));
+        }
+    }
     match round % 4 {
         0 => KillAt::Acks(1 + rng.below(60) as usize, Duration::ZERO),
         1 => KillAt::Acks(
@@ -802,9 +814,14 @@ fn crash_round(dir: &Path, seed: u64, round: u64) -> Result<String, String> {
     } else {
         None
     };
-    // The database must open, check clean, and hold every acknowledged mutation.
-    let ws = Workspace::open(&db, Options::default())
-        .map_err(|e| format!("reopening after the crash: {e}"))?;
+    // The database must open, check clean, and hold every acknowledged mutation. A
+    // staged round's reopens as a mount does, with staging on: the recovered files
+    // become the inodes' staging files.
+    let reopen = match Mode::of_round(round) {
+        Mode::Staged => Mode::Staged.options(&db),
+        Mode::Plain | Mode::Bulk => Options::default(),
+    };
+    let ws = Workspace::open(&db, reopen).map_err(|e| format!("reopening after the crash: {e}"))?;
     let report = ws.check().map_err(|e| format!("check: {e}"))?;
     if !report.is_ok() {
         return Err(format!("check after the crash: {:#?}", report.problems));
