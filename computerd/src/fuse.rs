@@ -947,11 +947,11 @@ impl Filesystem for WorkspaceFs {
         _req: &Request,
         _inode: INodeNo,
         handle: FileHandle,
-        _datasync: bool,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
         let _timer = self.timer("fsync");
-        reply.answer(self.ws.fsync(fh(handle)), |reply, ()| reply.ok())
+        reply.answer(self.ws.fsync(fh(handle), datasync), |reply, ()| reply.ok())
     }
 
     fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -1063,7 +1063,7 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEmpty,
     ) {
         let _timer = self.timer("fsyncdir");
-        reply.answer(self.ws.sync(), |reply, ()| reply.ok())
+        reply.answer(self.ws.sync_entries(), |reply, ()| reply.ok())
     }
 
     fn statfs(&self, _req: &Request, _inode: INodeNo, reply: ReplyStatfs) {

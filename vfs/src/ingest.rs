@@ -58,6 +58,8 @@ pub enum IngestOutcome {
     StillDirty,
     /// The inode no longer exists.
     Gone,
+    /// A writer changed the file while it was read: nothing was stored, it stays dirty.
+    Torn,
 }
 
 /// `[start, end)` ranges of a file that hold data (holes skipped), via SEEK_DATA/HOLE.
@@ -133,7 +135,6 @@ impl Workspace {
         version: u64,
         shadow: &mut Option<InodeNo>,
     ) -> Result<IngestOutcome> {
-        let ino = staged.ino;
         let (size, mtime, ctime) = staged.stat()?;
         let mut batch: Vec<PreparedChunk> = Vec::new();
         let mut batch_bytes = 0usize;
@@ -184,18 +185,37 @@ impl Workspace {
                 }
             }
         }
-        // The final transaction: swap the content in, with the staged state held so no
-        // writer can open in between and be forgotten.
-        let mut state = lock(&staged.state);
-        let clean = state.version == version && state.writers == 0;
-        let ctx = self.ctx();
-        let shadow_ino = *shadow;
         let ingested = Ingested {
             size,
             mtime,
             ctime,
             chunks: std::mem::take(&mut batch),
         };
+        self.commit_snapshot(staged, version, shadow, ingested)
+    }
+
+    /// The final transaction of an ingestion: swaps the content read from `staged` (when
+    /// its state was `version`) in, with the staged state held so that no writer can
+    /// open in between and be forgotten.
+    fn commit_snapshot(
+        &self,
+        staged: &StagedFile,
+        version: u64,
+        shadow: &mut Option<InodeNo>,
+        ingested: Ingested,
+    ) -> Result<IngestOutcome> {
+        let mut state = lock(&staged.state);
+        let clean = state.version == version && state.writers == 0;
+        let read = (ingested.size, ingested.mtime, ingested.ctime);
+        if state.writers > 0 && staged.stat()? != read {
+            // A snapshot of a file that changed while it was read may hold a state the
+            // file never had (half of one write): store none.
+            drop(state);
+            self.abandon_shadow(shadow.take())?;
+            return Ok(IngestOutcome::Torn);
+        }
+        let ctx = self.ctx();
+        let (ino, size, shadow_ino) = (staged.ino, ingested.size, *shadow);
         let outcome = self
             .db()
             .write(|txn| commit_ingested(txn, &ctx, ino, shadow_ino, ingested, clean))?;

@@ -8,7 +8,13 @@
 //!   them see the same bytes.
 //! - A writer makes the file dirty, recorded in the `staged` table first, so a crash
 //!   loses nothing: the next open ingests it. The last writer's release queues the
-//!   ingestion on the worker thread; `fsync` ingests at once.
+//!   ingestion on the worker thread.
+//! - `fsync` syncs the staging file (and the row binding it), which is enough for the
+//!   next open to recover it; it does not ingest, so it costs what the change costs,
+//!   not what the file's size costs (a database in the workspace fsyncs a few pages of
+//!   a large file at every commit). The worker ingests a synced file that is still
+//!   open for writing once it has been quiet for a moment, and never stores a snapshot
+//!   that changed while it was read.
 //! - While dirty, size and times come from the staging file (the kernel updates them).
 
 use std::sync::atomic::Ordering;
@@ -377,6 +383,23 @@ impl Workspace {
             if let Some(staging) = self.staging() {
                 staging.enqueue(staged.ino);
             }
+        }
+        Ok(())
+    }
+
+    /// `fsync(2)` of a staged file: its content durable in the staging file, and the
+    /// name of that file durable in the staging directory. The row that binds it was
+    /// written when it became dirty; the caller makes it durable (`sync_wal`). A crash
+    /// from then on loses nothing: the next open ingests the file. The worker ingests it
+    /// before that, once it is quiet, so that peers see what was synced.
+    pub(crate) fn sync_staged(&self, staged: &StagedFile, datasync: bool) -> Result<()> {
+        let staging = self
+            .staging()
+            .expect("staged files exist only with staging on");
+        staged.sync(datasync)?;
+        staging.sync_names()?;
+        if lock(&staged.state).dirty {
+            staging.enqueue(staged.ino);
         }
         Ok(())
     }
@@ -779,7 +802,7 @@ impl Workspace {
                 IngestOutcome::Gone => {
                     lock(&staging.entries).remove(ino);
                 }
-                IngestOutcome::StillDirty => {
+                IngestOutcome::StillDirty | IngestOutcome::Torn => {
                     return Err(Error::corrupt(format!(
                         "{ino}: recovery of {file} did not complete"
                     )));
@@ -845,6 +868,26 @@ impl Workspace {
             })
             .map_err(|e| Error::io("ingest thread", e))?;
         Ok(())
+    }
+
+    /// Ingests a file that was synced and is still open for writing, if nothing has
+    /// changed it for `INGEST_DELAY`; otherwise (or if a write comes while it is read)
+    /// it waits in the queue for the next round. Its last release queues it anyway.
+    fn ingest_while_open(&self, staging: &Staging, staged: &Arc<StagedFile>) {
+        let quiet = staged.quiet_for().is_ok_and(|quiet| quiet >= INGEST_DELAY);
+        let outcome = if quiet {
+            self.ingest(staged)
+        } else {
+            Ok(IngestOutcome::Torn)
+        };
+        match outcome {
+            Ok(IngestOutcome::Torn) => staging.enqueue(staged.ino),
+            Ok(_) => {}
+            Err(err) => tracing::warn!(
+                "failed to ingest {} (kept staged, retried later): {err}",
+                staged.ino
+            ),
+        }
     }
 
     /// Recycles the staging files of deleted nodes (which empties them: their space goes
@@ -914,6 +957,10 @@ impl Workspace {
             let Some(staged) = staging.get(ino) else {
                 continue;
             };
+            if lock(&staged.state).writers > 0 {
+                self.ingest_while_open(staging, &staged);
+                continue;
+            }
             let size = staged.stat().map(|(size, _, _)| size).unwrap_or(u64::MAX);
             if size <= SMALL_FILE_BYTES {
                 small.push(staged);

@@ -1,7 +1,14 @@
 //! Staging: plain local files that hold the current content of files being written, so
 //! the kernel can read and write them directly (FUSE passthrough) at the speed of the
 //! local disk. The store stays the authority: a staged file is *ingested* (chunked,
-//! hashed, stored) when its last writer closes it, when it is fsynced, and after a crash.
+//! hashed, stored) when its last writer closes it, once it is quiet after an fsync, and
+//! after a crash.
+//!
+//! The staging directory must be on a disk as durable as the database's: an `fsync(2)`
+//! of a staged file makes the staging file durable where it is (with its name and the
+//! `staged` row that binds it), not the store, so it costs what the change costs
+//! whatever the file's size; the content reaches the store later (or, after a crash, at
+//! the next open).
 //!
 //! Life of a staging file:
 //! - **pool**: empty files named `pool-N` in the staging directory, created ahead so a
@@ -23,7 +30,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -129,6 +136,31 @@ impl StagedFile {
             .map_err(|e| Error::io(self.name.clone(), e))
     }
 
+    /// Makes the file's content durable on its disk (`fdatasync(2)`, or `fsync(2)` with
+    /// its times too).
+    pub(crate) fn sync(&self, datasync: bool) -> Result<()> {
+        let synced = if datasync {
+            self.file.sync_data()
+        } else {
+            self.file.sync_all()
+        };
+        synced.map_err(|e| Error::io(self.name.clone(), e))
+    }
+
+    /// Seconds since anything last changed the file (its ctime, which `write(2)`,
+    /// truncation and a write through a mapping move, and which nobody can set back).
+    pub(crate) fn quiet_for(&self) -> Result<std::time::Duration> {
+        let meta = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io(self.name.clone(), e))?;
+        let changed = std::time::UNIX_EPOCH
+            + std::time::Duration::new(meta.ctime().max(0) as u64, meta.ctime_nsec() as u32);
+        Ok(std::time::SystemTime::now()
+            .duration_since(changed)
+            .unwrap_or_default())
+    }
+
     pub(crate) fn set_len(&self, size: u64) -> Result<()> {
         self.file
             .set_len(size)
@@ -186,6 +218,9 @@ pub(crate) struct Staging {
     /// before any file is created.
     spare: Mutex<Vec<String>>,
     next_name: AtomicU64,
+    /// A file was created in the directory since it was last synced: its name is not
+    /// durable yet (see `sync_names`).
+    names_unsynced: AtomicBool,
     pub(crate) entries: Mutex<HashMap<InodeNo, Arc<StagedFile>>>,
     /// Serialises the creation of staged files (materialisation included).
     pub(crate) create_lock: Mutex<()>,
@@ -251,6 +286,7 @@ impl Staging {
             pool_max,
             spare: Mutex::new(Vec::new()),
             next_name: AtomicU64::new(highest + 1),
+            names_unsynced: AtomicBool::new(true),
             entries: Mutex::new(HashMap::new()),
             create_lock: Mutex::new(()),
             doomed: Mutex::new(Vec::new()),
@@ -398,7 +434,24 @@ impl Staging {
             .mode(0o600)
             .open(&path)
             .map_err(|e| Error::io(path.display().to_string(), e))?;
+        // After the creation: a `sync_names` that clears the flag covers it.
+        self.names_unsynced.store(true, Ordering::SeqCst);
         Ok(PoolFile { name, file })
+    }
+
+    /// Makes the names of the files created in the directory durable (`fsync(2)` of
+    /// the directory), if any was created since the last time: a staging file synced
+    /// under a name that a crash could take away would be lost with it.
+    pub(crate) fn sync_names(&self) -> Result<()> {
+        if !self.names_unsynced.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let synced = File::open(&self.dir).and_then(|dir| dir.sync_all());
+        if let Err(err) = synced {
+            self.names_unsynced.store(true, Ordering::SeqCst);
+            return Err(Error::io(self.dir.display().to_string(), err));
+        }
+        Ok(())
     }
 
     pub fn pool_len(&self) -> usize {

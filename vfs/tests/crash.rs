@@ -18,7 +18,9 @@
 //! writes, with staging on: file writes open the file for the kernel, write its staging
 //! file directly (passthrough) and release it, and the store ingests the staged
 //! content in the background; a kill lands before, during or after ingestion, and the
-//! reopened workspace must hold every released write all the same.
+//! reopened workspace must hold every released write all the same. A third of those
+//! writes are fsync'd and never released, as a database keeps its file open: nothing
+//! ingests them but the worker once they are quiet, or the next open.
 //!
 //! Replay: `VFS_CRASH_SEED=<seed> cargo test -p computer-vfs --test crash`. Timing makes
 //! the kill point differ between runs, but the sequence of mutations is the same.
@@ -373,6 +375,12 @@ fn kernel_write(ws: &Workspace, path: &str, at: At, data: &[u8]) -> computer_vfs
             ws.write(opened.handle, offset, data).map(drop)
         }
     };
+    // A third of the staged writes end as a database's commit does: fsync'd and left
+    // open. Their content reaches the store only by the worker (once quiet) or by the
+    // recovery at the next open, which must find it all the same.
+    if opened.staged.is_some() && data.len() % 3 == 0 {
+        return written.and_then(|()| ws.fsync(opened.handle, true));
+    }
     let released = ws.release(opened.handle);
     written.and(released)
 }

@@ -1392,7 +1392,7 @@ impl Real {
             // The kernel sends flush, fsync, setattr, getattr, fallocate, copy_file_range
             // and release to the daemon for a passthrough file too.
             Cmd::HFlush(h) => unit(ws.flush(self.fh(*h))),
-            Cmd::HFsync(h) => unit(ws.fsync(self.fh(*h))),
+            Cmd::HFsync(h) => unit(ws.fsync(self.fh(*h), false)),
             Cmd::HRelease(h) => {
                 let handle = self.handles.remove(*h);
                 unit(ws.release(handle.fh))

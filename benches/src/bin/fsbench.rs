@@ -384,6 +384,11 @@ fn prepare_fixtures(
         }
     }
 
+    if needs.contains(&Need::Python) && run_bash("python3 -c 'import sqlite3'", work).is_err() {
+        note(Need::Python, "python3 with sqlite3 is not installed".into());
+    }
+    exec::check_interrupted()?;
+
     if needs.contains(&Need::NpmTiny) {
         eprintln!(
             "fsbench: warming the npm cache {} (online)",

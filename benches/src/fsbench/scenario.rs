@@ -20,6 +20,8 @@ pub enum Need {
     NpmTiny,
     /// npm with a warm cache for the large lockfile.
     NpmLarge,
+    /// `python3` with its `sqlite3` module.
+    Python,
 }
 
 #[derive(Clone, Debug)]
@@ -150,6 +152,8 @@ pub fn all(paths: &FixturePaths, data: DataKinds, npm_large: bool) -> Vec<Scenar
         ]);
     }
 
+    v.extend(durability());
+
     let cache = quote_path(&paths.npm_cache);
     v.extend([
         scenario(
@@ -187,6 +191,67 @@ pub fn all(paths: &FixturePaths, data: DataKinds, npm_large: bool) -> Vec<Scenar
         ));
     }
     v
+}
+
+/// The untimed end of a durability scenario's setup: the file on the disk, then time for
+/// the background work a write leaves (ingestion waits a second) to be done.
+const SETTLE: &str = "sync; sleep 1.5";
+
+/// Rows of about 1 KB in the SQLite scenarios' database (about 60 MiB).
+const SQLITE_ROWS: u32 = 60_000;
+
+/// Durability at the cost of the change: small synced writes into large files, as a
+/// database commits. Python keeps process start out of the timing.
+fn durability() -> Vec<Scenario> {
+    let fsync_loop = r#"python3 -c '
+import os
+fd = os.open("big", os.O_RDWR)
+for i in range(300):
+    os.pwrite(fd, os.urandom(4096), (i * 7919 * 4096) % (64 << 20))
+    os.fdatasync(fd)
+'"#;
+    let sqlite_prep = |mode: &str| {
+        format!(
+            r#"python3 -c '
+import sqlite3
+c = sqlite3.connect("app.db", isolation_level=None)
+c.execute("pragma journal_mode={mode}")
+c.execute("create table t(id integer primary key, v blob)")
+c.execute("begin")
+c.executemany("insert into t values(?, randomblob(1000))", ((i,) for i in range({SQLITE_ROWS})))
+c.execute("commit")
+'; {SETTLE}"#
+        )
+    };
+    let sqlite_commits = format!(
+        r#"python3 -c '
+import sqlite3
+c = sqlite3.connect("app.db", isolation_level=None)
+c.execute("pragma synchronous=FULL")
+for i in range(300):
+    c.execute("update t set v = randomblob(1000) where id = ?", ((i * 7919) % {SQLITE_ROWS},))
+'"#
+    );
+    vec![
+        scenario(
+            "fdatasync 300 x 4 KiB in 64 MiB",
+            format!("head -c 64M /dev/urandom > big; {SETTLE}"),
+            fsync_loop,
+            Need::Python,
+        ),
+        scenario(
+            "sqlite 300 commits, WAL",
+            sqlite_prep("wal"),
+            sqlite_commits.clone(),
+            Need::Python,
+        ),
+        scenario(
+            "sqlite 300 commits, rollback journal",
+            sqlite_prep("delete"),
+            sqlite_commits,
+            Need::Python,
+        ),
+    ]
 }
 
 /// Keeps the scenarios whose name contains any of `only` (case-insensitive); all if empty.
@@ -232,7 +297,7 @@ mod tests {
         assert!(names.contains(&"write 64 MiB"));
         assert!(names.contains(&"overwrite 64 MiB random"));
         assert!(!names.contains(&"full npm install"));
-        assert_eq!(all.len(), 5 + 12 + 3);
+        assert_eq!(all.len(), 5 + 12 + 3 + 3);
         let ow = all
             .iter()
             .find(|s| s.name == "overwrite 64 MiB random")

@@ -298,6 +298,7 @@ pub(crate) struct Db {
     read_mode: ReadMode,
     reader_pool_max: usize,
     commits: AtomicU64,
+    progress: Arc<CommitProgress>,
     /// Asks for deleted files' space to be given back; true if some is on its way
     /// (`Workspace::room_maker`). Called when the disk runs short of room.
     room_maker: OnceLock<RoomMaker>,
@@ -329,6 +330,34 @@ pub(crate) struct Writer {
     /// Commits go through a rollback journal (`DbOptions::bulk_load`) until this
     /// closes, which puts the database back in WAL mode.
     bulk_load: bool,
+    /// Shared with the `Db`, which reads it without this writer's lock.
+    progress: Arc<CommitProgress>,
+}
+
+/// How far mutations and commits have come, readable without the writer's lock: an
+/// fsync that finds every finished mutation committed does not wait for a mutation in
+/// progress (an ingestion storing a batch of blocks holds the writer for milliseconds).
+/// Written only under the writer's lock.
+#[derive(Debug)]
+struct CommitProgress {
+    /// Mutations that have finished, done or undone.
+    finished: AtomicU64,
+    /// `finished` as of the last commit: every mutation up to it is committed.
+    committed_through: AtomicU64,
+    /// Transactions that may have been committed: batches, and maintenance run on the
+    /// writer (`with_writer`) whether or not it committed anything. Starts at 1: what an
+    /// earlier process committed may not be synced yet.
+    commits: AtomicU64,
+}
+
+impl Default for CommitProgress {
+    fn default() -> CommitProgress {
+        CommitProgress {
+            finished: AtomicU64::new(0),
+            committed_through: AtomicU64::new(0),
+            commits: AtomicU64::new(1),
+        }
+    }
 }
 
 impl Drop for Writer {
@@ -394,6 +423,42 @@ const PAGE_CACHE_BYTES: u64 = 16 << 20;
 const _: () = assert!(BATCH_STORED_BYTES_MAX * 4 <= PAGE_CACHE_BYTES);
 
 impl Writer {
+    fn new(conn: Connection, room: Option<DiskRoom>, bulk_load: bool) -> Writer {
+        Writer {
+            conn,
+            batch: None,
+            room,
+            halted: None,
+            bulk_load,
+            progress: Arc::default(),
+        }
+    }
+
+    /// Opens a batch (a transaction) if none is open.
+    fn begin_batch(&mut self) -> Result<()> {
+        if self.batch.is_some() {
+            return Ok(());
+        }
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .ctx("starting a write")?;
+        let state = match read_state(&self.conn) {
+            Ok(state) => state,
+            Err(err) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(err);
+            }
+        };
+        self.batch = Some(Batch {
+            started: Instant::now(),
+            mutations: 0,
+            written: 0,
+            state,
+            state_unwritten: false,
+        });
+        Ok(())
+    }
+
     /// The connection, to read inside the open batch (which only it sees), with the
     /// `state` row brought up to date if `counted`; `None` if no batch is open.
     fn batch_conn(&mut self, counted: bool) -> Result<Option<&Connection>> {
@@ -423,6 +488,10 @@ impl Writer {
                 }
                 return Err(err);
             }
+            let progress = &self.progress;
+            progress.commits.fetch_add(1, Ordering::SeqCst);
+            let finished = progress.finished.load(Ordering::SeqCst);
+            progress.committed_through.store(finished, Ordering::SeqCst);
             if let Some(room) = &mut self.room {
                 room.committed(batch.pending_bytes());
                 if room.wants_checkpoint(|| logical_bytes(&self.conn)) {
@@ -932,13 +1001,9 @@ impl Db {
         // Only batches can lose answered mutations to a full disk (`disk_room.rs`).
         let room = (options.disk_reserve_bytes > 0 && commit_delay.is_some())
             .then(|| DiskRoom::new(path, options.disk_reserve_bytes));
-        let writer = Arc::new(Mutex::new(Writer {
-            conn: writer,
-            batch: None,
-            room,
-            halted: None,
-            bulk_load,
-        }));
+        let writer = Writer::new(writer, room, bulk_load);
+        let progress = writer.progress.clone();
+        let writer = Arc::new(Mutex::new(writer));
         // A bulk load has no log to checkpoint, and holds the database alone.
         let checkpointer = if options.read_only || bulk_load {
             None
@@ -962,6 +1027,7 @@ impl Db {
             read_mode,
             reader_pool_max: options.reader_pool_max.max(1),
             commits: AtomicU64::new(0),
+            progress,
             room_maker: OnceLock::new(),
             room_waited_at: Mutex::new(None),
         };
@@ -974,23 +1040,20 @@ impl Db {
         compact::enable_if_empty(&writer)?;
         configure(&writer, false)?;
         let info = init_or_check(&writer, options)?;
+        let writer = Writer::new(writer, None, false);
+        let progress = writer.progress.clone();
         let db = Db {
             readers: None,
             _checkpointer: None,
             _committer: None,
             commit_delay: None,
-            writer: Arc::new(Mutex::new(Writer {
-                conn: writer,
-                batch: None,
-                room: None,
-                halted: None,
-                bulk_load: false,
-            })),
+            writer: Arc::new(Mutex::new(writer)),
             path: None,
             read_only: false,
             read_mode: ReadMode::Shared,
             reader_pool_max: 1,
             commits: AtomicU64::new(0),
+            progress,
             room_maker: OnceLock::new(),
             room_waited_at: Mutex::new(None),
         };
@@ -1081,25 +1144,7 @@ impl Db {
             w.refuse_if_halted()?;
         }
         let batching = self.commit_delay.is_some();
-        if w.batch.is_none() {
-            w.conn
-                .execute_batch("BEGIN IMMEDIATE")
-                .ctx("starting a write")?;
-            let state = match read_state(&w.conn) {
-                Ok(state) => state,
-                Err(err) => {
-                    let _ = w.conn.execute_batch("ROLLBACK");
-                    return Err(err);
-                }
-            };
-            w.batch = Some(Batch {
-                started: Instant::now(),
-                mutations: 0,
-                written: 0,
-                state,
-                state_unwritten: false,
-            });
-        }
+        w.begin_batch()?;
         run_cached(&w.conn, "SAVEPOINT mutation").ctx("starting a mutation")?;
         let (state, pending) = {
             let batch = w.batch.as_ref().expect("a batch is open");
@@ -1133,6 +1178,7 @@ impl Db {
             let state = txn.finish()?;
             Ok((out, state))
         })();
+        self.progress.finished.fetch_add(1, Ordering::SeqCst);
         match result {
             Ok((out, state)) => {
                 run_cached(&w.conn, "RELEASE mutation").ctx("ending a mutation")?;
@@ -1235,12 +1281,19 @@ impl Db {
         Ok(out)
     }
 
-    /// Commits the open batch now (before an fsync, a checkpoint, or a close).
-    pub fn commit(&self) -> Result<()> {
-        self.writer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .commit_batch()
+    /// Commits the open batch now (before an fsync, a checkpoint, or a close). Returns
+    /// how many transactions have been committed so far: if that has not moved since an
+    /// fsync of the database's files, another would find nothing new.
+    pub fn commit(&self) -> Result<u64> {
+        let progress = &self.progress;
+        let finished = progress.finished.load(Ordering::SeqCst);
+        if progress.committed_through.load(Ordering::SeqCst) < finished {
+            self.writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .commit_batch()?;
+        }
+        Ok(progress.commits.load(Ordering::SeqCst))
     }
 
     /// Checkpoints from the writer when the WAL has outgrown its bound (the background
@@ -1311,6 +1364,7 @@ impl Db {
     pub fn with_writer<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         w.commit_batch()?;
+        w.progress.commits.fetch_add(1, Ordering::SeqCst);
         f(&mut w.conn)
     }
 }
