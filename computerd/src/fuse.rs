@@ -11,8 +11,11 @@
 //! the mount, the kernel checks too (`default_permissions`, see [`permission_option`]).
 //!
 //! Caching: this daemon is the only writer of a mounted workspace, so the kernel may keep
-//! entries, attributes (one hour) and page cache across opens (`FOPEN_KEEP_CACHE`), and
-//! write back dirty pages in large requests (`FUSE_WRITEBACK_CACHE`). docs/SEMANTICS.md
+//! entries, attributes (one hour), page cache across opens (`FOPEN_KEEP_CACHE`) and
+//! directory listings (`FOPEN_CACHE_DIR`), and write back dirty pages in large requests
+//! (`FUSE_WRITEBACK_CACHE`); a read-only open is closed without a FLUSH
+//! (`FOPEN_NOFLUSH`). Changes by other routes (a replica's pull, file commands sent to
+//! this owner) are followed by invalidations (`replica::KernelCache`). docs/SEMANTICS.md
 //! says what that means for someone changing the database behind a mount.
 
 use std::collections::{HashMap, HashSet};
@@ -519,7 +522,7 @@ impl WorkspaceFs {
 
     /// The answer to an `open`: through passthrough if the store staged the file and the
     /// kernel takes it, otherwise served by the daemon.
-    fn reply_opened(&self, reply: ReplyOpen, inode: INodeNo, opened: &Opened) {
+    fn reply_opened(&self, reply: ReplyOpen, inode: INodeNo, opened: &Opened, writes: bool) {
         let handle = opened.handle.0;
         if let Some(staged) = &opened.staged {
             if !opened.passthrough {
@@ -537,7 +540,14 @@ impl WorkspaceFs {
             // Served through the daemon from the staging file; no page cache to trust.
             return reply.opened(FileHandle(handle), FopenFlags::empty());
         }
-        reply.opened(FileHandle(handle), self.cached_open_flags(inode))
+        let mut flags = self.cached_open_flags(inode);
+        if !writes {
+            // Nothing to commit at its close: `cat`, `grep -r` and `git status` open
+            // thousands of files, and each FLUSH would be a round trip (the kernel keeps
+            // POSIX locks itself: this daemon implements none).
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        reply.opened(FileHandle(handle), flags)
     }
 
     /// The answer to a `create`, as [`WorkspaceFs::reply_opened`] with the new entry.
@@ -843,7 +853,7 @@ impl Filesystem for WorkspaceFs {
         let who = self.caller(req, &process);
         let opened = self.ws.open_for_kernel(who, ino(inode), flags, passthrough);
         reply.answer(opened, |reply, opened| {
-            self.reply_opened(reply, inode, &opened)
+            self.reply_opened(reply, inode, &opened, flags.write)
         });
     }
 
@@ -958,9 +968,11 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("opendir");
         let process = RequestProcess::of(req);
         let result = self.ws.opendir(self.caller(req, &process), ino(inode));
-        reply.answer(result, |reply, _| {
-            reply.opened(FileHandle(0), FopenFlags::empty())
-        })
+        // The kernel may keep the listing in the directory's page cache: it drops it
+        // itself when a request through this mount changes the directory, and is told
+        // to when another route does (`replica::KernelCache`).
+        let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+        reply.answer(result, |reply, _| reply.opened(FileHandle(0), cached))
     }
 
     fn readdir(

@@ -85,6 +85,16 @@ fn file_commands_on_a_mounted_database_run_in_the_mount() {
         std::fs::read(m.path("v.txt")).unwrap(),
         b"from the command\n"
     );
+    // A listing the kernel keeps (FOPEN_CACHE_DIR) follows the command's changes.
+    std::fs::create_dir(m.path("l")).unwrap();
+    for name in ["a", "b"] {
+        std::fs::write(m.path(format!("l/{name}")), name).unwrap();
+    }
+    assert_eq!(common::list_dir(&m.path("l")), ["a", "b"]);
+    fs_ok(&m.db, &["write", "/l/c"], b"c");
+    fs_ok(&m.db, &["rm", "/l/a"], b"");
+    fs_ok(&m.db, &["mv", "/l/b", "/l/b2"], b"");
+    assert_eq!(common::list_dir(&m.path("l")), ["b2", "c"]);
     // Removals and new directories reach the kernel's view of the tree too.
     fs_ok(&m.db, &["mkdir", "-p", "/d/e"], b"");
     assert!(m.path("d/e").is_dir());

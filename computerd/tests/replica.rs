@@ -96,6 +96,14 @@ fn changes_on_either_side_appear_on_the_other() {
     server.fs_ok(&["rm", "-r", "/notes"], b"");
     wait_for(CONVERGE, || (!replica.path("notes").exists()).then_some(()))
         .expect("a removal on the server never reached the replica");
+    // A listing the kernel keeps (FOPEN_CACHE_DIR) follows the server's changes.
+    assert_eq!(common::list_dir(&replica.path("project/src")), ["main.rs"]);
+    server.fs_ok(&["write", "/project/src/lib.rs"], b"");
+    server.fs_ok(&["rm", "/project/src/main.rs"], b"");
+    wait_for(CONVERGE, || {
+        (common::list_dir(&replica.path("project/src")) == ["lib.rs"]).then_some(())
+    })
+    .expect("a cached listing never showed the server's changes");
     eprintln!(
         "latency: replica -> server {up:?} (through the poll of a client), server -> replica \
          {down:?}, total {:?}",

@@ -358,13 +358,15 @@ fn prepare_fixtures(
         )?;
     }
 
-    let wants_git = needs.contains(&Need::Git) || needs.contains(&Need::GitRepo);
+    let wants_git = [Need::Git, Need::GitRepo, Need::DropCaches]
+        .iter()
+        .any(|need| needs.contains(need));
     let git_ok = !wants_git || run_bash("git --version", work).is_ok();
     exec::check_interrupted()?;
     if !git_ok {
         note(Need::Git, "git is not installed".into());
         note(Need::GitRepo, "git is not installed".into());
-    } else if needs.contains(&Need::GitRepo) {
+    } else if needs.contains(&Need::GitRepo) || needs.contains(&Need::DropCaches) {
         match fixtures::git_repo(
             &paths.git_repo,
             &mut fixtures::rng_for(args.seed, "git repo"),
@@ -384,8 +386,19 @@ fn prepare_fixtures(
         }
     }
 
-    if needs.contains(&Need::Python) && run_bash("python3 -c 'import sqlite3'", work).is_err() {
+    let python_ok = run_bash("python3 -c 'import sqlite3'", work).is_ok();
+    if needs.contains(&Need::Python) && !python_ok {
         note(Need::Python, "python3 with sqlite3 is not installed".into());
+    }
+    if needs.contains(&Need::DropCaches) {
+        let writable = fs::OpenOptions::new()
+            .write(true)
+            .open("/proc/sys/vm/drop_caches")
+            .is_ok();
+        if !python_ok || !git_ok || !writable {
+            let why = "the cold scenarios need python3, git and root (to drop caches)";
+            note(Need::DropCaches, why.into());
+        }
     }
     exec::check_interrupted()?;
 

@@ -22,6 +22,9 @@ pub enum Need {
     NpmLarge,
     /// `python3` with its `sqlite3` module.
     Python,
+    /// `python3`, `git` and the generated source repository, and
+    /// `/proc/sys/vm/drop_caches` writable (root).
+    DropCaches,
 }
 
 #[derive(Clone, Debug)]
@@ -153,6 +156,7 @@ pub fn all(paths: &FixturePaths, data: DataKinds, npm_large: bool) -> Vec<Scenar
     }
 
     v.extend(durability());
+    v.extend(reads(paths));
 
     let cache = quote_path(&paths.npm_cache);
     v.extend([
@@ -254,6 +258,63 @@ for i in range(300):
     ]
 }
 
+/// 10,000 files of about 1.5 KB in 100 directories, the same bytes every time; the 51st
+/// file of each directory holds the word the grep scenarios look for.
+const SMALL_TREE: &str = r#"python3 -c '
+for d in range(100):
+    import os; os.mkdir(f"d{d:03}")
+    for f in range(100):
+        with open(f"d{d:03}/f{f:03}.txt", "w") as out:
+            for line in range(30):
+                out.write(f"line {line} of file {f} in directory {d}: {d * f * line:x}\n")
+            if f == 50:
+                out.write("the needle\n")
+'"#;
+
+/// Ends a cold scenario's setup: the kernel forgets cached pages, entries and inodes
+/// (for a mount, the daemon keeps its own caches).
+const DROP_CACHES: &str = "sync; echo 3 > /proc/sys/vm/drop_caches";
+
+/// What agents run again and again on trees: each timed command runs once in the
+/// setup first (warm), or after the kernel's caches were dropped (cold).
+fn reads(paths: &FixturePaths) -> Vec<Scenario> {
+    let grep = "grep -r needle . > /dev/null";
+    let find = "find . -type f | wc -l";
+    let cat = "cat d*/* > /dev/null";
+    let ls = "for i in $(seq 1 10); do ls -l big > /dev/null; done";
+    let status = "git -C r status --porcelain > /dev/null";
+    let big_dir = "mkdir big && for i in $(seq 1 1000); do echo $i > big/f$i; done";
+    let clone = format!(
+        "git clone -q {} r",
+        crate::fsbench::exec::shell_quote(&format!("file://{}", paths.git_repo.display()))
+    );
+    let mut v = Vec::new();
+    for (what, prep, cmd, need) in [
+        ("grep -r 10,000 files", SMALL_TREE, grep, Need::Python),
+        ("find 10,000 files", SMALL_TREE, find, Need::Python),
+        ("cat 10,000 files", SMALL_TREE, cat, Need::Python),
+        ("ls -l 1,000 entries x 10", big_dir, ls, Need::Nothing),
+        ("git status", clone.as_str(), status, Need::GitRepo),
+    ] {
+        v.push(scenario(
+            format!("reads: {what}, warm"),
+            format!("{prep}; {cmd}"),
+            cmd,
+            need,
+        ));
+        if what.starts_with("ls") {
+            continue;
+        }
+        v.push(scenario(
+            format!("reads: {what}, cold"),
+            format!("{prep}; {cmd}; {DROP_CACHES}"),
+            cmd,
+            Need::DropCaches,
+        ));
+    }
+    v
+}
+
 /// Keeps the scenarios whose name contains any of `only` (case-insensitive); all if empty.
 pub fn filter(scenarios: Vec<Scenario>, only: &[String]) -> Vec<Scenario> {
     if only.is_empty() {
@@ -297,7 +358,7 @@ mod tests {
         assert!(names.contains(&"write 64 MiB"));
         assert!(names.contains(&"overwrite 64 MiB random"));
         assert!(!names.contains(&"full npm install"));
-        assert_eq!(all.len(), 5 + 12 + 3 + 3);
+        assert_eq!(all.len(), 5 + 12 + 3 + 3 + 9);
         let ow = all
             .iter()
             .find(|s| s.name == "overwrite 64 MiB random")

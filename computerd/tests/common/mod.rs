@@ -703,6 +703,16 @@ pub fn wait_exit(pid: i32, timeout: Duration) -> Exited {
     }
 }
 
+/// The names in directory `dir`, sorted: what `ls` shows, read through `readdir(3)`.
+pub fn list_dir(dir: &Path) -> Vec<String> {
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("listing {dir:?}: {e}"));
+    let mut names: Vec<String> = entries
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Whether `path` is a mount point according to /proc/mounts.
 pub fn is_mounted(path: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
