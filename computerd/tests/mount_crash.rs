@@ -104,17 +104,7 @@ fn kill_9_while_writing_keeps_fsynced_files() {
     m.mount(&[]);
     assert_eq!(mount_count(&m), 1);
 
-    let mut verify = Command::new("python3");
-    verify
-        .arg("-c")
-        .arg(VERIFY)
-        .args(&confirmed)
-        .current_dir(&m.mnt);
-    let out = common::run_cmd(&mut verify, "verify", common::COMMAND_TIMEOUT);
-    if !out.status.success() {
-        panic!("{}", common::describe_failure("verify", Some(&m.mnt), &out));
-    }
-    eprintln!("{}", String::from_utf8_lossy(&out.stdout).trim());
+    eprintln!("{}", verify_in_mount(&m, VERIFY, &confirmed));
     // The workspace is usable: new files, deleting the survivors.
     m.sh("echo after > after.txt && rm -f f0* && test \"$(cat after.txt)\" = after");
     m.unmount();
@@ -173,20 +163,8 @@ fn sqlite_commits_survive_kill_9(journal_mode: &str, synchronous: &str) {
     let last = confirmed.last().expect("confirmations").clone();
     assert_stale(&m);
     m.mount(&[]);
-    let mut verify = Command::new("python3");
-    verify
-        .arg("-c")
-        .arg(SQLITE_VERIFY)
-        .arg(&last)
-        .current_dir(&m.mnt);
-    let out = common::run_cmd(&mut verify, "verify", common::COMMAND_TIMEOUT);
-    if !out.status.success() {
-        panic!("{}", common::describe_failure("verify", Some(&m.mnt), &out));
-    }
-    eprintln!(
-        "{journal_mode}: {}",
-        String::from_utf8_lossy(&out.stdout).trim()
-    );
+    let verified = verify_in_mount(&m, SQLITE_VERIFY, std::slice::from_ref(&last));
+    eprintln!("{journal_mode}: {verified}");
     m.unmount();
     m.check_db();
 }
@@ -203,6 +181,18 @@ fn kill_9_keeps_every_sqlite_commit_with_a_rollback_journal() {
     // come back as a hot journal and be rolled back after a power loss on a local disk,
     // or after a crash of computerd here (unsynced metadata, docs/SEMANTICS.md).
     sqlite_commits_survive_kill_9("delete", "extra");
+}
+
+/// Runs the python checker `script` with `args` in the mount; returns what it printed,
+/// or fails the test with its output.
+fn verify_in_mount(m: &Mount, script: &str, args: &[String]) -> String {
+    let mut verify = Command::new("python3");
+    verify.arg("-c").arg(script).args(args).current_dir(&m.mnt);
+    let out = common::run_cmd(&mut verify, "verify", common::COMMAND_TIMEOUT);
+    if !out.status.success() {
+        panic!("{}", common::describe_failure("verify", Some(&m.mnt), &out));
+    }
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// Runs the python `script` (with `args`) in the mount until it has printed `wanted`
