@@ -49,7 +49,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("vfs/src/db/mod.rs", "init_or_check", 83),
     ("vfs/src/log.rs", "revision", 82),
     ("vfs/src/changes.rs", "apply_changes_with", 71),
-    ("vfs/src/db/mod.rs", "open", 71),
     ("vfs/src/changes_full_scan.rs", "collect_candidates", 74),
     ("vfs/src/log.rs", "page", 73),
     ("vfs/src/peers.rs", "meet", 71),

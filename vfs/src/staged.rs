@@ -389,7 +389,7 @@ impl Workspace {
 
     /// `fsync(2)` of a staged file: its content durable in the staging file, and the
     /// name of that file durable in the staging directory. The row that binds it was
-    /// written when it became dirty; the caller makes it durable (`sync_wal`). A crash
+    /// written when it became dirty; the caller makes it durable (`Db::sync`). A crash
     /// from then on loses nothing: the next open ingests the file. The worker ingests it
     /// before that, once it is quiet, so that peers see what was synced.
     pub(crate) fn sync_staged(&self, staged: &StagedFile, datasync: bool) -> Result<()> {
@@ -874,13 +874,10 @@ impl Workspace {
     /// changed it for `INGEST_DELAY`; otherwise (or if a write comes while it is read)
     /// it waits in the queue for the next round. Its last release queues it anyway.
     fn ingest_while_open(&self, staging: &Staging, staged: &Arc<StagedFile>) {
-        let quiet = staged.quiet_for().is_ok_and(|quiet| quiet >= INGEST_DELAY);
-        let outcome = if quiet {
-            self.ingest(staged)
-        } else {
-            Ok(IngestOutcome::Torn)
-        };
-        match outcome {
+        if !staged.quiet_for().is_ok_and(|quiet| quiet >= INGEST_DELAY) {
+            return staging.enqueue(staged.ino);
+        }
+        match self.ingest(staged) {
             Ok(IngestOutcome::Torn) => staging.enqueue(staged.ino),
             Ok(_) => {}
             Err(err) => tracing::warn!(

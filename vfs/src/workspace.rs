@@ -154,9 +154,6 @@ struct Inner {
     gate: WriteGate,
     /// The last large revision of the change log read, for the next page (`log.rs`).
     log_cache: LogCache,
-    /// `Db::commit`'s count of transactions as of the last fsync of the database's
-    /// files that finished: all of them are durable.
-    wal_synced: std::sync::atomic::AtomicU64,
 }
 
 /// A workspace that does not keep it open: what its own background threads hold.
@@ -298,7 +295,6 @@ impl Workspace {
                 xattrs_maybe: std::sync::atomic::AtomicBool::new(true),
                 gate: Default::default(),
                 log_cache: Default::default(),
-                wal_synced: Default::default(),
             }),
         };
         let any_xattr = workspace.inner.db.read(store::any_xattr)?;
@@ -1410,7 +1406,7 @@ impl Workspace {
             Body::Buffered => self.commit_open(&handle.open)?,
         }
         // The binding of a staged file is in the batch since it was opened for writing.
-        self.sync_wal()
+        self.inner.db.sync()
     }
 
     /// Closes a handle, committing what it buffered.
@@ -1588,42 +1584,14 @@ impl Workspace {
     pub fn sync(&self) -> Result<()> {
         self.settle_staged()?;
         self.commit_all()?;
-        self.sync_wal()
+        self.inner.db.sync()
     }
 
     /// `fsync(2)` of a directory: its entries are rows of the store, durable once the
     /// write-ahead log is. The content of the files in it is not (as on a local disk):
     /// that is the files' own fsync, or [`Workspace::sync`].
     pub fn sync_entries(&self) -> Result<()> {
-        self.sync_wal()
-    }
-
-    /// fsyncs the write-ahead log: every committed transaction survives power loss.
-    ///
-    /// The log alone: with `synchronous = NORMAL` SQLite syncs the database file itself
-    /// after every checkpoint, before the log starts over. Without a log (a bulk load
-    /// commits through a rollback journal) the database file is synced.
-    pub(crate) fn sync_wal(&self) -> Result<()> {
-        let committed = self.inner.db.commit()?;
-        // Nothing committed since an fsync that finished: a clean fdatasync still
-        // costs a disk cache flush here (about 60 µs).
-        if self.inner.wal_synced.load(Ordering::SeqCst) >= committed {
-            return Ok(());
-        }
-        let Some(path) = self.inner.db.path() else {
-            return Ok(());
-        };
-        let sync = |file: &std::path::Path| {
-            std::fs::File::open(file)
-                .and_then(|f| f.sync_data())
-                .map_err(|e| (e.kind(), Error::io(file.display().to_string(), e)))
-        };
-        match sync(&crate::db::wal_path(path)) {
-            Err((std::io::ErrorKind::NotFound, _)) => sync(path).map_err(|(_, e)| e)?,
-            synced => synced.map_err(|(_, e)| e)?,
-        }
-        self.inner.wal_synced.fetch_max(committed, Ordering::SeqCst);
-        Ok(())
+        self.inner.db.sync()
     }
 
     // ------------------------------------------------------------ extended attributes
