@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::access::{self, Who};
+use crate::access::{self, Access, Credentials, Who};
 use crate::base::lock;
 use crate::error::{kind, Error, Result};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
@@ -107,21 +107,21 @@ impl Workspace {
         flags: OpenFlags,
         passthrough: bool,
     ) -> Result<Opened> {
-        if let Some(cred) = who.cred() {
-            access::check(&self.stored_attr(ino)?, cred, flags.access())?;
-        }
-        let (flags, mappable) = for_kernel(flags, passthrough);
-        self.open_with(ino, flags, passthrough, mappable)
+        let (wanted, (flags, mappable)) = (flags.access(), for_kernel(flags, passthrough));
+        let check = who.cred().map(|cred| (cred, wanted));
+        self.open_with(ino, flags, passthrough, mappable, check)
     }
 
     /// [`Workspace::open_for_kernel`] with the handle's own `flags`; `mappable`: a
-    /// staging file returned may be mapped by the caller (`StagedState::mappable`).
+    /// staging file returned may be mapped by the caller (`StagedState::mappable`);
+    /// `check`: a caller and the access it asked for.
     pub(crate) fn open_with(
         &self,
         ino: InodeNo,
         flags: OpenFlags,
         passthrough: bool,
         mappable: bool,
+        check: Option<(&Credentials<'_>, Access)>,
     ) -> Result<Opened> {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
@@ -129,13 +129,25 @@ impl Workspace {
         if flags.write {
             self.write_gate().pass()?;
         }
+        // A writer needs the attributes before choosing a body: set-id files are never
+        // staged for writing, nor written through a staging file. A reader of an
+        // unstaged file is checked on the attributes the buffered open loads anyway:
+        // one database read per open, which `grep -r` makes thousands of.
+        let writer_attr = flags.write.then(|| self.stored_attr(ino)).transpose()?;
+        let keep_out = writer_attr
+            .as_ref()
+            .is_some_and(|attr| access::write_may_drop_bits(attr.perm));
+        let check_staged = || match (check, &writer_attr) {
+            (None, _) => Ok(()),
+            (Some((cred, want)), Some(attr)) => access::check(attr, cred, want),
+            (Some((cred, want)), None) => access::check(&self.stored_attr(ino)?, cred, want),
+        };
         // A staging file can be evicted or deleted between looking it up and attaching
         // to it; then look again (a bounded number of times: each retry means another
         // thread made progress).
-        // Set-id files are never staged for writing, nor written through a staging file.
-        let keep_out = flags.write && access::write_may_drop_bits(self.stored_attr(ino)?.perm);
         for _ in 0..ATTACH_ATTEMPTS {
             if let Some(staged) = self.staged_entry(ino) {
+                check_staged()?;
                 match self.attach(&staged, flags, mappable)? {
                     Some(handle) => {
                         return Ok(Opened {
@@ -148,6 +160,7 @@ impl Workspace {
                 }
             }
             if passthrough && flags.write && !keep_out && self.has_staging() {
+                check_staged()?;
                 match self.stage(ino) {
                     Ok(staged) => match self.attach(&staged, flags, mappable)? {
                         Some(handle) => {
@@ -163,7 +176,7 @@ impl Workspace {
                     Err(StageRefusal::Failed(err)) => return Err(err),
                 }
             }
-            return Ok(Opened::buffered(self.open_buffered(ino, flags)?));
+            return Ok(Opened::buffered(self.open_buffered(ino, flags, check)?));
         }
         Err(Error::Busy(Default::default()))
     }

@@ -1139,7 +1139,7 @@ impl Workspace {
         Ok(())
     }
 
-    pub(crate) fn load_state(&self, ino: InodeNo, state: &mut OpenState) -> Result<()> {
+    pub(crate) fn load_state(&self, ino: InodeNo, state: &mut OpenState) -> Result<Option<Attr>> {
         if !state.loaded {
             // Read on the writer: the caller registered as a user of `ino` before this,
             // so a mutation that decided to delete the node (not seeing us) has
@@ -1156,8 +1156,9 @@ impl Workspace {
             state.size = attr.size;
             state.loaded = true;
             state.opened_unlinked = attr.nlink == 0;
+            return Ok(Some(attr));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Commits an inode's buffered writes (and a size change) as one mutation.
@@ -1178,16 +1179,28 @@ impl Workspace {
         if flags.write && self.is_read_only() {
             return Err(kind::ReadOnly());
         }
-        self.open_with(ino, flags, false, false)
+        self.open_with(ino, flags, false, false, None)
             .map(|opened| opened.handle)
     }
 
     /// Opens a handle on the write buffer of `ino` (no staging file).
-    pub(crate) fn open_buffered(&self, ino: InodeNo, flags: OpenFlags) -> Result<FileHandle> {
+    pub(crate) fn open_buffered(
+        &self,
+        ino: InodeNo,
+        flags: OpenFlags,
+        check: Option<(&Credentials<'_>, Access)>,
+    ) -> Result<FileHandle> {
         let open = self.acquire(ino);
         let prepared = (|| {
             let mut state = lock(&open.state);
-            self.load_state(ino, &mut state)?;
+            let loaded = self.load_state(ino, &mut state)?;
+            if let Some((cred, want)) = check {
+                let attr = match loaded {
+                    Some(attr) => attr,
+                    None => self.stored_attr(ino)?,
+                };
+                access::check(&attr, cred, want)?;
+            }
             if flags.truncate && flags.write && state.size != 0 {
                 drop(state);
                 self.set_size(&open, 0, self.now())?;
