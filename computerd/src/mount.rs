@@ -38,6 +38,12 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a replica waits for its first sync before it mounts the cache as it is.
 const INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How far ahead the kernel reads a file read in sequence, KiB: 1 MiB, the largest FUSE
+/// read request (256 pages), instead of the kernel's 128 KiB for a new FUSE mount, so a
+/// file outside the page cache arrives in requests the workers decode in parallel
+/// (docs/benchmarks.md, "Cold reads of a large file").
+const READ_AHEAD_KIB: u32 = 1024;
+
 #[derive(Args, Debug, Clone)]
 pub struct MountArgs {
     /// The workspace database (made, and said so, if nothing is at that path). With
@@ -220,24 +226,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
             mountpoint.display()
         );
     }
-    let disk_reserve_bytes = crate::fs_format::parse_size(&args.disk_reserve).ok_or_else(|| {
-        anyhow!(
-            "--disk-reserve {}: expected bytes, optionally with K, M, G or T",
-            args.disk_reserve
-        )
-    })?;
-    let options = Options {
-        disk_reserve_bytes,
-        // Only where nothing is: an existing file that is not a workspace is an error.
-        create: !args.read_only && db.symlink_metadata().is_err(),
-        read_only: args.read_only,
-        // The owner lock keeps every other computerd from writing it.
-        no_other_writer: owner.is_some(),
-        staging_dir: (!args.read_only).then(|| staging_dir(&db)),
-        commit_delay: (args.commit_delay_ms > 0)
-            .then(|| Duration::from_millis(args.commit_delay_ms)),
-        ..Options::default()
-    };
+    let options = workspace_options(args, &db, owner.is_some())?;
     let ws = Workspace::open(&db, options).map_err(crate::fs_error::vfs_err)?;
     // The source names the database by its absolute path: `computerd sync MOUNTPOINT`
     // finds a replica's control socket from it.
@@ -296,6 +285,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         None => None,
     };
     wait_until_answering(&mountpoint)?;
+    widen_read_ahead(&mountpoint);
     made.keep();
     if let Some(owner) = &mut owner {
         owner.serving()?;
@@ -547,6 +537,43 @@ fn is_stale_mount(mountpoint: &Path) -> bool {
             nix::sys::statfs::statfs(mountpoint),
             Err(nix::errno::Errno::ENOTCONN)
         ),
+    }
+}
+
+/// How the mount opens its workspace; `owner_held`: this process holds the owner lock.
+fn workspace_options(args: &MountArgs, db: &Path, owner_held: bool) -> anyhow::Result<Options> {
+    let disk_reserve_bytes = crate::fs_format::parse_size(&args.disk_reserve).ok_or_else(|| {
+        anyhow!(
+            "--disk-reserve {}: expected bytes, optionally with K, M, G or T",
+            args.disk_reserve
+        )
+    })?;
+    Ok(Options {
+        disk_reserve_bytes,
+        // Only where nothing is: an existing file that is not a workspace is an error.
+        create: !args.read_only && db.symlink_metadata().is_err(),
+        read_only: args.read_only,
+        // The owner lock keeps every other computerd from writing it.
+        no_other_writer: owner_held,
+        staging_dir: (!args.read_only).then(|| staging_dir(db)),
+        commit_delay: (args.commit_delay_ms > 0)
+            .then(|| Duration::from_millis(args.commit_delay_ms)),
+        ..Options::default()
+    })
+}
+
+/// Sets the mount's read-ahead to [`READ_AHEAD_KIB`] through its backing device info in
+/// sysfs. The FUSE INIT reply can only lower the kernel's default, and only root may
+/// write sysfs: another user's mount keeps the default, which is slower, not wrong.
+fn widen_read_ahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dev) = std::fs::metadata(mountpoint).map(|meta| meta.dev()) else {
+        return;
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(err) = std::fs::write(&knob, READ_AHEAD_KIB.to_string()) {
+        tracing::info!("read-ahead stays at the kernel's default ({knob}: {err})");
     }
 }
 
