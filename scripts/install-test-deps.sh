@@ -9,8 +9,9 @@ export DEBIAN_FRONTEND=noninteractive
 export PATH="$HOME/.cargo/bin:$PATH"
 
 # git, tar, python3 and node/npm drive the integration tests; capnproto lets
-# scripts/check-capnp.sh check the committed generated code against the schema.
-packages=(git tar python3 ca-certificates capnproto)
+# scripts/check-capnp.sh check the committed generated code against the schema;
+# bubblewrap makes the Linux backend's sandboxes (runtimes).
+packages=(git tar python3 ca-certificates capnproto bubblewrap)
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for package in "${packages[@]}"; do

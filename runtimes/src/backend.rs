@@ -1,0 +1,76 @@
+//! What a backend provides to the exec spine: a description, a lazily made connection,
+//! the bracket around each command, and started commands as processes with pipes.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::exec::SyncOutcome;
+
+/// What a backend tells callers (and, later, a model) about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    pub id: String,
+    /// One line: what it is.
+    pub summary: String,
+    /// What it can run.
+    pub runs: String,
+    /// What a command may touch.
+    pub touches: String,
+}
+
+/// A kind of place commands run, registered under a stable id.
+pub trait Backend: Send + Sync {
+    fn id(&self) -> &str;
+    fn describe(&self) -> Description;
+    /// Makes the backend ready to run commands. Called on the first exec that needs it,
+    /// and again after a failure (a failed connect is not kept) or once the connection
+    /// says it is dead.
+    fn connect(&self) -> Result<Arc<dyn Connection>>;
+}
+
+/// A ready backend.
+pub trait Connection: Send + Sync {
+    /// Brings the backend's view of the workspace up to everything the authoritative
+    /// side held when this was called. A command runs only after this succeeded.
+    fn before_exec(&self, exec_id: &str) -> Result<()>;
+    fn spawn(&self, request: &SpawnRequest) -> Result<Spawned>;
+    /// Sends everything the command wrote to the authoritative side, or says why it
+    /// has not arrived.
+    fn after_exec(&self, exec_id: &str) -> SyncOutcome;
+    /// False once the connection cannot run commands any more: the next exec connects
+    /// anew.
+    fn is_alive(&self) -> bool {
+        true
+    }
+}
+
+/// One command for a backend to start.
+#[derive(Clone, Debug)]
+pub struct SpawnRequest {
+    pub exec_id: String,
+    /// The script as the caller wrote it.
+    pub script: String,
+    /// The working directory inside the workspace, normalised: `/` or `/a/b`.
+    pub cwd: String,
+    /// Variables the caller added (the backend's policy decides which may pass).
+    pub env: Vec<(String, String)>,
+}
+
+/// A started command.
+pub struct Spawned {
+    pub stdin: Option<Box<dyn Write + Send>>,
+    pub stdout: Box<dyn Read + Send>,
+    pub stderr: Box<dyn Read + Send>,
+    pub process: Arc<dyn Process>,
+}
+
+/// The running command and everything it started.
+pub trait Process: Send + Sync {
+    /// Sends `signal` to every process of the command's tree.
+    fn signal(&self, signal: i32) -> Result<()>;
+    /// Ends the whole tree at once (SIGKILL); nothing of it outlives this.
+    fn kill_all(&self) -> Result<()>;
+    /// Waits for the command to end: its exit status, or 128 + the signal that ended it.
+    fn wait(&self) -> Result<i32>;
+}

@@ -1,0 +1,550 @@
+//! The Linux backend: each command in a sandbox of fresh namespaces made by bubblewrap,
+//! which sees the host's programs read-only and the workspace at `/workspace`.
+//!
+//! Why bubblewrap rather than namespaces set up here with `nix`: it is Debian's
+//! well-kept, audited tool for exactly this (Flatpak's sandbox), it sets up the mount
+//! tree, pid 1, no_new_privs, dropped capabilities and a user namespace in one exec, and
+//! what it does is one argument list a test can read. A sandbox per command costs a few
+//! milliseconds (docs/benchmarks.md); what stays warm between commands is the
+//! workspace's view, which is the expensive part.
+//!
+//! Inside: uid 0 of a user namespace without capabilities, no_new_privs, nested user
+//! namespaces disabled (so no capabilities can be regained: mount fails), its own pid,
+//! ipc, uts, cgroup and (unless the policy allows the network) network namespace, /usr
+//! and a short list of /etc read-only, its own /proc, a minimal /dev and a private
+//! /tmp. Nothing else of the host: not /root, /home, /var, other workspaces or their
+//! databases. A symlink in the workspace that points outside resolves inside the
+//! sandbox, where there is nothing of the host to find.
+
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
+use crate::error::{Error, Result};
+use crate::exec::SyncOutcome;
+
+/// The backend's id in the registry.
+pub const LINUX_BACKEND_ID: &str = "linux";
+
+/// Where a sandbox sees the workspace.
+pub const SANDBOX_WORKSPACE: &str = "/workspace";
+
+/// The environment every command starts from; a caller's variables are added to it.
+pub const BASE_ENV: &[(&str, &str)] = &[
+    (
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ),
+    ("HOME", "/tmp"),
+    ("TMPDIR", "/tmp"),
+    ("LANG", "C.UTF-8"),
+];
+
+/// What of the host's /etc programs need (name lookup, the dynamic linker's cache,
+/// certificates, time zones); the rest (shadow, ssh keys, the host's own settings)
+/// stays out.
+const ETC_KEPT: &[&str] = &[
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "host.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "localtime",
+    "timezone",
+    "mime.types",
+    "gitconfig",
+    "os-release",
+    "debian_version",
+    "protocols",
+    "services",
+    "bash.bashrc",
+    "profile",
+    "inputrc",
+    "magic",
+    "magic.mime",
+    "perl",
+    "python3",
+];
+
+/// The top-level directories of a merged-/usr host (links into /usr) or of an older
+/// one (directories of their own, bound read-only).
+const USERLAND_TOP: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// What a sandbox may do, per backend.
+#[derive(Clone, Debug)]
+pub struct LinuxPolicy {
+    /// Whether commands reach the network (the host's); otherwise only a loopback of
+    /// their own.
+    pub network: bool,
+    /// Names of the variables a caller may pass; `*` at the end matches a prefix, `*`
+    /// alone any name. The daemon's own environment never reaches a command.
+    pub env_allow: Vec<String>,
+    /// Workspace paths (relative to its root) the sandbox sees read-only.
+    pub read_only: Vec<String>,
+    /// The bubblewrap program.
+    pub bwrap: PathBuf,
+}
+
+impl Default for LinuxPolicy {
+    fn default() -> LinuxPolicy {
+        LinuxPolicy {
+            network: false,
+            env_allow: vec!["*".into()],
+            read_only: Vec::new(),
+            bwrap: PathBuf::from("/usr/bin/bwrap"),
+        }
+    }
+}
+
+impl LinuxPolicy {
+    fn allows_env(&self, name: &str) -> bool {
+        self.env_allow
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => pattern == name,
+            })
+    }
+}
+
+/// The workspace as a sandbox sees it: a directory on the host, kept in step with the
+/// authoritative workspace around each command.
+pub trait WorkspaceView: Send + Sync {
+    /// The directory bound at `/workspace`.
+    fn root(&self) -> &Path;
+    /// Brings the directory up to everything the authoritative side holds now.
+    fn before_exec(&self) -> Result<()>;
+    /// Sends what commands wrote there to the authoritative side.
+    fn after_exec(&self) -> SyncOutcome;
+    fn is_alive(&self) -> bool {
+        true
+    }
+}
+
+/// A directory that is the authoritative workspace itself (its owner's own mount, or a
+/// plain directory): nothing to bring up to date, and a command's writes are there
+/// when it exits.
+pub struct LocalView {
+    root: PathBuf,
+}
+
+impl LocalView {
+    pub fn new(root: impl Into<PathBuf>) -> LocalView {
+        LocalView { root: root.into() }
+    }
+}
+
+impl WorkspaceView for LocalView {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+    fn before_exec(&self) -> Result<()> {
+        Ok(())
+    }
+    fn after_exec(&self) -> SyncOutcome {
+        SyncOutcome::Complete
+    }
+}
+
+/// The Linux backend over one workspace view.
+pub struct LinuxBackend {
+    view: Arc<dyn WorkspaceView>,
+    policy: LinuxPolicy,
+}
+
+impl LinuxBackend {
+    pub fn new(view: Arc<dyn WorkspaceView>, policy: LinuxPolicy) -> LinuxBackend {
+        LinuxBackend { view, policy }
+    }
+}
+
+impl Backend for LinuxBackend {
+    fn id(&self) -> &str {
+        LINUX_BACKEND_ID
+    }
+
+    fn describe(&self) -> Description {
+        let network = if self.policy.network {
+            "the network"
+        } else {
+            "no network"
+        };
+        Description {
+            id: LINUX_BACKEND_ID.into(),
+            summary: "a Linux sandbox (namespaces, by bubblewrap) with the host's programs".into(),
+            runs: "any program installed on the host, by `sh -c`".into(),
+            touches: format!("the workspace at {SANDBOX_WORKSPACE}, a private /tmp, {network}"),
+        }
+    }
+
+    fn connect(&self) -> Result<Arc<dyn Connection>> {
+        let connection = Arc::new(LinuxConnection {
+            view: self.view.clone(),
+            policy: self.policy.clone(),
+        });
+        connection.probe()?;
+        Ok(connection)
+    }
+}
+
+struct LinuxConnection {
+    view: Arc<dyn WorkspaceView>,
+    policy: LinuxPolicy,
+}
+
+impl LinuxConnection {
+    /// Runs `true` in a sandbox: bubblewrap is there and namespaces work here.
+    fn probe(&self) -> Result<()> {
+        let unreachable = |reason: String| Error::Connect {
+            backend: LINUX_BACKEND_ID.into(),
+            reason,
+        };
+        if !self.policy.bwrap.exists() {
+            return Err(unreachable(format!(
+                "{} not found (Debian: apt-get install bubblewrap)",
+                self.policy.bwrap.display()
+            )));
+        }
+        if !self.view.root().is_dir() {
+            return Err(unreachable(format!(
+                "{}: the workspace's directory is missing",
+                self.view.root().display()
+            )));
+        }
+        let args = sandbox_args(self.view.root(), &self.policy, "/", &[])?;
+        let output = Command::new(&self.policy.bwrap)
+            .args(args)
+            .arg("true")
+            .env_clear()
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|err| unreachable(format!("{}: {err}", self.policy.bwrap.display())))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(unreachable(format!(
+                "a test sandbox failed: {}",
+                stderr.trim()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Connection for LinuxConnection {
+    fn before_exec(&self, _exec_id: &str) -> Result<()> {
+        self.view.before_exec()
+    }
+
+    fn spawn(&self, request: &SpawnRequest) -> Result<Spawned> {
+        let env = self.checked_env(&request.env)?;
+        let cwd = self.view.root().join(request.cwd.trim_start_matches('/'));
+        if !cwd.is_dir() {
+            return Err(Error::Invalid(format!(
+                "working directory {}: not a directory in the workspace",
+                request.cwd
+            )));
+        }
+        let mut args = sandbox_args(self.view.root(), &self.policy, &request.cwd, &env)?;
+        args.extend(["/bin/sh", "-c"].map(OsString::from));
+        args.push(OsString::from(&request.script));
+        let mut child = Command::new(&self.policy.bwrap)
+            .args(args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(Error::io(format!(
+                "starting {}",
+                self.policy.bwrap.display()
+            )))?;
+        // The pid is reaped by `Sandboxed::wait`, not through `child`.
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            unreachable!("all three pipes were asked for");
+        };
+        Ok(Spawned {
+            stdin: Some(Box::new(stdin)),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            process: Arc::new(Sandboxed::new(Pid::from_raw(child.id() as i32))),
+        })
+    }
+
+    fn after_exec(&self, _exec_id: &str) -> SyncOutcome {
+        self.view.after_exec()
+    }
+
+    fn is_alive(&self) -> bool {
+        self.view.is_alive()
+    }
+}
+
+impl LinuxConnection {
+    fn checked_env(&self, env: &[(String, String)]) -> Result<Vec<(String, String)>> {
+        for (name, value) in env {
+            let malformed = name.is_empty() || name.contains(['=', '\0']) || value.contains('\0');
+            if malformed {
+                return Err(Error::Invalid(format!(
+                    "environment variable {name:?}: malformed"
+                )));
+            }
+            if !self.policy.allows_env(name) {
+                return Err(Error::Refused {
+                    backend: LINUX_BACKEND_ID.into(),
+                    what: format!("environment variable {name} (not in env_allow)"),
+                });
+            }
+        }
+        Ok(env.to_vec())
+    }
+}
+
+/// bubblewrap's arguments for a sandbox over `root` with the working directory `cwd`
+/// (inside the workspace) and the caller's `env`, up to the command.
+pub fn sandbox_args(
+    root: &Path,
+    policy: &LinuxPolicy,
+    cwd: &str,
+    env: &[(String, String)],
+) -> Result<Vec<OsString>> {
+    let mut args: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&str]| args.extend(items.iter().map(OsString::from));
+    push(&["--unshare-all", "--unshare-user", "--disable-userns"]);
+    if policy.network {
+        push(&["--share-net"]);
+    }
+    push(&["--die-with-parent", "--new-session", "--cap-drop", "ALL"]);
+    push(&["--hostname", "computer", "--ro-bind", "/usr", "/usr"]);
+    for top in USERLAND_TOP {
+        let host = Path::new("/").join(top);
+        match std::fs::read_link(&host) {
+            Ok(target) => push(&[
+                "--symlink",
+                &target.to_string_lossy(),
+                &host.to_string_lossy(),
+            ]),
+            Err(_) if host.is_dir() => push(&[
+                "--ro-bind",
+                &host.to_string_lossy(),
+                &host.to_string_lossy(),
+            ]),
+            Err(_) => {}
+        }
+    }
+    let resolv = policy.network.then_some("resolv.conf");
+    for name in ETC_KEPT.iter().copied().chain(resolv) {
+        let path = format!("/etc/{name}");
+        push(&["--ro-bind-try", &path, &path]);
+    }
+    push(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    push(&["--dir", "/var", "--symlink", "../tmp", "/var/tmp"]);
+    args.extend([
+        "--bind".into(),
+        root.as_os_str().to_owned(),
+        SANDBOX_WORKSPACE.into(),
+    ]);
+    for path in &policy.read_only {
+        let inside = crate::spine::normalize_cwd(path)?;
+        let host = root.join(inside.trim_start_matches('/'));
+        let target = format!("{SANDBOX_WORKSPACE}{inside}");
+        args.extend(["--ro-bind-try".into(), host.into_os_string(), target.into()]);
+    }
+    let workdir = format!("{SANDBOX_WORKSPACE}{}", if cwd == "/" { "" } else { cwd });
+    args.extend(["--chdir".into(), workdir.into(), "--clearenv".into()]);
+    let base = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    for (name, value) in base.chain(env.iter().cloned()) {
+        args.extend(["--setenv".into(), name.into(), value.into()]);
+    }
+    args.push("--".into());
+    Ok(args)
+}
+
+/// A sandbox's process tree: bubblewrap outside, pid 1 of the namespace (bubblewrap's
+/// reaper) its child, the command below.
+struct Sandboxed {
+    bwrap: Pid,
+    /// Set once the outer process was reaped: its pid may then belong to another.
+    reaped: Mutex<bool>,
+}
+
+impl Sandboxed {
+    fn new(bwrap: Pid) -> Sandboxed {
+        Sandboxed {
+            bwrap,
+            reaped: Mutex::new(false),
+        }
+    }
+
+    fn reaped(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.reaped.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The namespace's pid 1 (host pid), once bubblewrap started it.
+    fn namespace_init(&self) -> Option<Pid> {
+        let children = format!("/proc/{0}/task/{0}/children", self.bwrap);
+        let text = std::fs::read_to_string(children).ok()?;
+        text.split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+            .map(Pid::from_raw)
+    }
+
+    /// Every process in the sandbox's pid namespace but its pid 1.
+    fn members(&self, init: Pid) -> Vec<Pid> {
+        let ns_of = |pid: &str| std::fs::metadata(format!("/proc/{pid}/ns/pid")).map(|m| m.ino());
+        let Ok(namespace) = ns_of(&init.to_string()) else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| pid != init.as_raw())
+            .filter(|pid| ns_of(&pid.to_string()).is_ok_and(|ns| ns == namespace))
+            .map(Pid::from_raw)
+            .collect()
+    }
+}
+
+impl Process for Sandboxed {
+    fn signal(&self, signal: i32) -> Result<()> {
+        let signal = Signal::try_from(signal)
+            .map_err(|_| Error::Invalid(format!("signal {signal}: not a signal")))?;
+        let reaped = self.reaped();
+        if *reaped {
+            return Ok(());
+        }
+        if let Some(init) = self.namespace_init() {
+            for pid in self.members(init) {
+                // A process may end meanwhile (ESRCH): that is what was wanted.
+                let _ = kill(pid, signal);
+            }
+        }
+        Ok(())
+    }
+
+    fn kill_all(&self) -> Result<()> {
+        let reaped = self.reaped();
+        if *reaped {
+            return Ok(());
+        }
+        // The namespace ends with its pid 1; bubblewrap's own end would take it too
+        // (--die-with-parent), both for when one is not there yet.
+        if let Some(init) = self.namespace_init() {
+            let _ = kill(init, Signal::SIGKILL);
+        }
+        let _ = kill(self.bwrap, Signal::SIGKILL);
+        Ok(())
+    }
+
+    fn wait(&self) -> Result<i32> {
+        // Wait without reaping, so signals sent meanwhile cannot reach a reused pid.
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+        loop {
+            match waitid(Id::Pid(self.bwrap), flags) {
+                Ok(_) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(err) => return Err(Error::io("waiting for a sandbox")(err.into())),
+            }
+        }
+        let mut reaped = self.reaped();
+        let status =
+            waitpid(self.bwrap, None).map_err(|err| Error::io("reaping a sandbox")(err.into()))?;
+        *reaped = true;
+        Ok(match status {
+            WaitStatus::Exited(_, code) => code,
+            WaitStatus::Signaled(_, signal, _) => 128 + signal as i32,
+            other => return Err(Error::Invalid(format!("unexpected wait status {other:?}"))),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(policy: &LinuxPolicy, cwd: &str, env: &[(String, String)]) -> Vec<String> {
+        let args = sandbox_args(Path::new("/srv/ws"), policy, cwd, env).unwrap();
+        args.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn has(args: &[String], window: &[&str]) -> bool {
+        args.windows(window.len()).any(|w| w == window)
+    }
+
+    #[test]
+    fn the_sandbox_gets_the_workspace_the_userland_and_nothing_of_the_daemon() {
+        let env = [("FOO".to_string(), "bar".to_string())];
+        let a = args(&LinuxPolicy::default(), "/src", &env);
+        assert!(has(&a, &["--bind", "/srv/ws", "/workspace"]));
+        assert!(has(&a, &["--ro-bind", "/usr", "/usr"]));
+        assert!(has(&a, &["--chdir", "/workspace/src", "--clearenv"]));
+        assert!(has(&a, &["--setenv", "FOO", "bar"]));
+        assert!(has(&a, &["--cap-drop", "ALL"]));
+        assert!(a.contains(&"--unshare-all".to_string()));
+        assert!(a.contains(&"--disable-userns".to_string()));
+        assert!(!a.contains(&"--share-net".to_string()));
+        assert!(!a
+            .iter()
+            .any(|arg| arg == "/etc" || arg.starts_with("/etc/shadow")));
+        assert!(!a.iter().any(|arg| arg.contains("resolv.conf")));
+        assert_eq!(a.last().map(String::as_str), Some("--"));
+    }
+
+    #[test]
+    fn the_policy_opens_the_network_and_closes_paths() {
+        let policy = LinuxPolicy {
+            network: true,
+            read_only: vec!["docs/../ref".into()],
+            ..LinuxPolicy::default()
+        };
+        let a = args(&policy, "/", &[]);
+        assert!(a.contains(&"--share-net".to_string()));
+        assert!(has(
+            &a,
+            &["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+        ));
+        assert!(has(&a, &["--ro-bind-try", "/srv/ws/ref", "/workspace/ref"]));
+        assert!(has(&a, &["--chdir", "/workspace", "--clearenv"]));
+        let escaping = LinuxPolicy {
+            read_only: vec!["../x".into()],
+            ..LinuxPolicy::default()
+        };
+        assert!(sandbox_args(Path::new("/srv/ws"), &escaping, "/", &[]).is_err());
+    }
+
+    #[test]
+    fn environment_names_match_the_allowlist() {
+        let policy = LinuxPolicy {
+            env_allow: vec!["LC_*".into(), "TZ".into()],
+            ..LinuxPolicy::default()
+        };
+        assert!(policy.allows_env("LC_ALL"));
+        assert!(policy.allows_env("TZ"));
+        assert!(!policy.allows_env("TZX"));
+        assert!(!policy.allows_env("SECRET"));
+        assert!(LinuxPolicy::default().allows_env("ANYTHING"));
+    }
+}

@@ -1,0 +1,542 @@
+//! The exec entry point: a registry of backends and the execs they run.
+//!
+//! `exec` picks a backend, connects it if needed, runs the bracket's first half (the
+//! backend's view brought up to date), starts the command and returns a handle at once.
+//! A driver thread per exec then moves output into the exec's bounded log, enforces the
+//! timeout, waits for the end, runs the bracket's second half (the command's writes sent
+//! to the authoritative side) and records the result. Readers follow the log by
+//! sequence number, so a caller can detach and attach again.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
+use crate::error::{Error, Result};
+use crate::exec::{Event, ExecOptions, ExecResult, ExecStatus, Stream, SyncOutcome};
+use crate::log::{OutputLog, EXEC_LOG_BYTES_MAX};
+
+/// Between SIGTERM (timeout or kill) and SIGKILL of a process tree that did not end.
+pub const KILL_GRACE: Duration = Duration::from_secs(3);
+/// Largest output chunk one event carries, bytes.
+pub const CHUNK_BYTES_MAX: usize = 64 << 10;
+/// Execs running at once, over all backends.
+pub const RUNNING_MAX: usize = 64;
+/// Finished execs kept for attaching (the oldest go first), and for how long.
+pub const FINISHED_KEPT_MAX: usize = 32;
+pub const FINISHED_KEPT_FOR: Duration = Duration::from_secs(300);
+/// After the command ended, how long its output pipes may stay open (held by a process
+/// it left behind) before the exec ends without the rest of their output.
+const DRAIN_MAX: Duration = Duration::from_secs(1);
+
+struct Registered {
+    backend: Arc<dyn Backend>,
+    connection: Mutex<Option<Arc<dyn Connection>>>,
+}
+
+/// The exec entry point over the registered backends.
+#[derive(Default)]
+pub struct Runtimes {
+    backends: Vec<Registered>,
+    execs: Mutex<HashMap<String, Arc<ExecState>>>,
+    next_id: AtomicU64,
+}
+
+struct ExecState {
+    id: String,
+    backend: String,
+    reason: String,
+    log: OutputLog,
+    control: Mutex<Control>,
+}
+
+#[derive(Default)]
+struct Control {
+    process: Option<Arc<dyn Process>>,
+    /// Set by the first kill: the driver escalates to SIGKILL after [`KILL_GRACE`].
+    cancelled: bool,
+    wake: Option<Sender<Wake>>,
+    finished_at: Option<Instant>,
+}
+
+enum Wake {
+    Exited(Result<i32>),
+    Killed,
+    Drained,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Runtimes {
+    pub fn new() -> Runtimes {
+        Runtimes::default()
+    }
+
+    /// Adds a backend; the first one registered is the default.
+    pub fn register(&mut self, backend: Arc<dyn Backend>) -> Result<()> {
+        let id = backend.id().to_owned();
+        if self.backends.iter().any(|r| r.backend.id() == id) {
+            return Err(Error::DuplicateBackend(id));
+        }
+        self.backends.push(Registered {
+            backend,
+            connection: Mutex::new(None),
+        });
+        Ok(())
+    }
+
+    pub fn backends(&self) -> Vec<Description> {
+        self.backends.iter().map(|r| r.backend.describe()).collect()
+    }
+
+    /// Starts `script` and returns its handle once it runs. Errors before the command
+    /// started (an unknown backend, a failed connect or pre-exec sync, a refusal by
+    /// policy) are returned here, and the command did not run.
+    pub fn exec(&self, script: &str, options: ExecOptions) -> Result<ExecHandle> {
+        let (registered, reason) = self.choose(options.backend.as_deref())?;
+        let cwd = normalize_cwd(options.cwd.as_deref().unwrap_or("/"))?;
+        let state = self.claim(options.id, registered.backend.id(), reason)?;
+        let started = Instant::now();
+        let spawned = (|| {
+            let connection = connected(registered)?;
+            connection.before_exec(&state.id)?;
+            let request = SpawnRequest {
+                exec_id: state.id.clone(),
+                script: script.to_owned(),
+                cwd,
+                env: options.env,
+            };
+            Ok((connection.spawn(&request)?, connection))
+        })();
+        let (spawned, connection) = match spawned {
+            Ok(spawned) => spawned,
+            Err(err) => {
+                lock(&self.execs).remove(&state.id);
+                return Err(err);
+            }
+        };
+        let driver = Driver {
+            state: state.clone(),
+            connection,
+            timeout: options.timeout,
+            started,
+        };
+        std::thread::Builder::new()
+            .name(format!("exec-{}", state.id))
+            .spawn(move || driver.run(spawned, options.stdin))
+            .map_err(Error::io("starting an exec's driver thread"))?;
+        Ok(ExecHandle::new(state, 0))
+    }
+
+    /// A handle on a running or recently finished exec, reading from event `from_seq`.
+    pub fn attach(&self, id: &str, from_seq: u64) -> Result<ExecHandle> {
+        let mut execs = lock(&self.execs);
+        prune(&mut execs);
+        let state = execs.get(id).cloned();
+        state
+            .map(|state| ExecHandle::new(state, from_seq))
+            .ok_or_else(|| Error::NoSuchExec(id.to_owned(), FINISHED_KEPT_FOR))
+    }
+
+    /// Sends `signal` to a running exec's whole process tree; SIGKILL follows after
+    /// [`KILL_GRACE`] if it has not ended. A finished exec is left alone.
+    pub fn kill(&self, id: &str, signal: i32) -> Result<()> {
+        self.attach(id, 0)?.kill(signal)
+    }
+
+    fn choose(&self, asked: Option<&str>) -> Result<(&Registered, String)> {
+        let Some(asked) = asked else {
+            let first = self
+                .backends
+                .first()
+                .ok_or_else(|| Error::UnknownBackend("(default)".into(), "none".into()))?;
+            return Ok((first, "the default backend".into()));
+        };
+        match self.backends.iter().find(|r| r.backend.id() == asked) {
+            Some(registered) => Ok((registered, "asked for by the caller".into())),
+            None => {
+                let ids: Vec<&str> = self.backends.iter().map(|r| r.backend.id()).collect();
+                Err(Error::UnknownBackend(asked.to_owned(), ids.join(", ")))
+            }
+        }
+    }
+
+    /// Takes an id for a new exec (the caller's, unless a live exec has it).
+    fn claim(&self, id: Option<String>, backend: &str, reason: String) -> Result<Arc<ExecState>> {
+        let mut execs = lock(&self.execs);
+        prune(&mut execs);
+        let running = execs.values().filter(|s| !s.is_finished()).count();
+        if running >= RUNNING_MAX {
+            return Err(Error::TooMany(RUNNING_MAX));
+        }
+        let id = match id {
+            Some(id) if id.is_empty() || id.len() > 128 => {
+                return Err(Error::Invalid(format!("exec id {id:?}: 1 to 128 bytes")))
+            }
+            Some(id) => id,
+            None => loop {
+                let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let id = format!("x{}-{n}", std::process::id());
+                if !execs.contains_key(&id) {
+                    break id;
+                }
+            },
+        };
+        if execs.get(&id).is_some_and(|s| !s.is_finished()) {
+            return Err(Error::Busy(id));
+        }
+        let state = Arc::new(ExecState {
+            id: id.clone(),
+            backend: backend.to_owned(),
+            reason,
+            log: OutputLog::new(EXEC_LOG_BYTES_MAX),
+            control: Mutex::new(Control::default()),
+        });
+        execs.insert(id, state.clone());
+        Ok(state)
+    }
+}
+
+/// The backend's connection, made now if there is none or it died. A failure is not
+/// kept: the next exec tries again.
+fn connected(registered: &Registered) -> Result<Arc<dyn Connection>> {
+    let mut slot = lock(&registered.connection);
+    if let Some(connection) = slot.as_ref().filter(|c| c.is_alive()) {
+        return Ok(connection.clone());
+    }
+    *slot = None;
+    let connection = registered.backend.connect()?;
+    *slot = Some(connection.clone());
+    Ok(connection)
+}
+
+/// Drops finished execs past their time, then the oldest beyond the count kept.
+fn prune(execs: &mut HashMap<String, Arc<ExecState>>) {
+    let now = Instant::now();
+    execs.retain(|_, s| {
+        s.finished_at()
+            .is_none_or(|at| now - at < FINISHED_KEPT_FOR)
+    });
+    let mut finished: Vec<(Instant, String)> = execs
+        .iter()
+        .filter_map(|(id, s)| Some((s.finished_at()?, id.clone())))
+        .collect();
+    if finished.len() > FINISHED_KEPT_MAX {
+        finished.sort();
+        for (_, id) in &finished[..finished.len() - FINISHED_KEPT_MAX] {
+            execs.remove(id);
+        }
+    }
+}
+
+/// A working directory inside the workspace as `/` or `/a/b`; `..` may not leave it.
+pub fn normalize_cwd(cwd: &str) -> Result<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in cwd.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    return Err(Error::Invalid(format!(
+                        "working directory {cwd:?} climbs out of the workspace"
+                    )));
+                }
+            }
+            part => parts.push(part),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+impl ExecState {
+    fn finished_at(&self) -> Option<Instant> {
+        lock(&self.control).finished_at
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished_at().is_some()
+    }
+}
+
+/// Runs one exec from its start to its recorded end.
+struct Driver {
+    state: Arc<ExecState>,
+    connection: Arc<dyn Connection>,
+    timeout: Option<Duration>,
+    started: Instant,
+}
+
+/// What the driver saw of the command's end.
+struct Ending {
+    exit: Result<i32>,
+    timed_out: bool,
+    cancelled: bool,
+    /// Output pipes already closed.
+    drained: usize,
+}
+
+impl Driver {
+    fn run(self, spawned: Spawned, stdin: Option<Vec<u8>>) {
+        let (wake, woken) = mpsc::channel();
+        let Spawned {
+            stdin: pipe,
+            stdout,
+            stderr,
+            process,
+        } = spawned;
+        {
+            let mut control = lock(&self.state.control);
+            control.process = Some(process.clone());
+            control.wake = Some(wake.clone());
+        }
+        if let Some(pipe) = pipe {
+            feed(pipe, stdin.unwrap_or_default());
+        }
+        self.read_into_log(stdout, Stream::Stdout, wake.clone());
+        self.read_into_log(stderr, Stream::Stderr, wake.clone());
+        let waiter = process.clone();
+        let exited = wake.clone();
+        std::thread::spawn(move || {
+            let _ = exited.send(Wake::Exited(waiter.wait()));
+        });
+        drop(wake);
+        let ending = self.wait_for_end(&*process, &woken);
+        lock(&self.state.control).wake = None;
+        self.drain(&woken, ending.drained);
+        let sync = self.connection.after_exec(&self.state.id);
+        self.finish(ending, sync);
+    }
+
+    /// Waits for the command to exit, sending SIGTERM at the timeout and SIGKILL a grace
+    /// period after a timeout or kill.
+    fn wait_for_end(&self, process: &dyn Process, woken: &mpsc::Receiver<Wake>) -> Ending {
+        let timeout_at = self.timeout.map(|t| self.started + t);
+        let mut kill_at: Option<Instant> = None;
+        let mut timed_out = false;
+        let mut drained = 0;
+        loop {
+            let next = [timeout_at.filter(|_| !timed_out), kill_at]
+                .into_iter()
+                .flatten()
+                .min();
+            let wait = next.map(|at| at.saturating_duration_since(Instant::now()));
+            let woke = match wait {
+                Some(wait) => woken.recv_timeout(wait),
+                None => woken.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match woke {
+                Ok(Wake::Exited(exit)) => {
+                    let cancelled = lock(&self.state.control).cancelled;
+                    return Ending {
+                        exit,
+                        timed_out,
+                        cancelled,
+                        drained,
+                    };
+                }
+                Ok(Wake::Killed) => {
+                    kill_at.get_or_insert(Instant::now() + KILL_GRACE);
+                }
+                Ok(Wake::Drained) => drained += 1,
+                Err(RecvTimeoutError::Timeout) => {
+                    let now = Instant::now();
+                    if kill_at.is_some_and(|at| now >= at) {
+                        log_failure("SIGKILL", &self.state.id, process.kill_all());
+                        kill_at = None;
+                    } else if !timed_out && timeout_at.is_some_and(|at| now >= at) {
+                        timed_out = true;
+                        log_failure("SIGTERM", &self.state.id, process.signal(libc::SIGTERM));
+                        kill_at.get_or_insert(now + KILL_GRACE);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    // Only if the waiter thread died without reporting.
+                    return Ending {
+                        exit: Err(Error::Invalid("lost track of the command".into())),
+                        timed_out,
+                        cancelled: true,
+                        drained,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Waits up to [`DRAIN_MAX`] for the output pipes still open to close.
+    fn drain(&self, woken: &mpsc::Receiver<Wake>, mut drained: usize) {
+        let deadline = Instant::now() + DRAIN_MAX;
+        while drained < 2 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match woken.recv_timeout(left) {
+                Ok(Wake::Drained) => drained += 1,
+                Ok(_) => {}
+                Err(_) => {
+                    tracing::warn!(exec = %self.state.id, "output still open after the command ended; not waiting for it");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn read_into_log(&self, mut pipe: Box<dyn Read + Send>, stream: Stream, wake: Sender<Wake>) {
+        let state = self.state.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; CHUNK_BYTES_MAX];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => state.log.push(stream, buf[..n].to_vec()),
+                    Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(err) => {
+                        tracing::warn!(exec = %state.id, "reading {stream:?}: {err}");
+                        break;
+                    }
+                }
+            }
+            let _ = wake.send(Wake::Drained);
+        });
+    }
+
+    fn finish(self, ending: Ending, sync: SyncOutcome) {
+        let (exit_code, error) = match ending.exit {
+            Ok(code) => (code, None),
+            Err(err) => (crate::exec::EXIT_NOT_STARTED, Some(err.to_string())),
+        };
+        let status = if ending.timed_out {
+            ExecStatus::TimedOut
+        } else if ending.cancelled {
+            ExecStatus::Cancelled
+        } else if exit_code == 0 && error.is_none() {
+            ExecStatus::Completed
+        } else {
+            ExecStatus::Failed
+        };
+        let result = ExecResult {
+            status,
+            exit_code,
+            duration: self.started.elapsed(),
+            backend: self.state.backend.clone(),
+            reason: self.state.reason.clone(),
+            sync,
+            error,
+        };
+        tracing::info!(exec = %self.state.id, backend = %result.backend, ?status, exit_code, "exec ended");
+        lock(&self.state.control).finished_at = Some(Instant::now());
+        self.state.log.finish(result);
+    }
+}
+
+/// Writes the caller's stdin and closes the pipe (a command that does not read it gets
+/// EPIPE-free silence: the writer just stops).
+fn feed(mut pipe: Box<dyn Write + Send>, bytes: Vec<u8>) {
+    std::thread::spawn(move || {
+        let _ = pipe.write_all(&bytes);
+    });
+}
+
+fn log_failure(what: &str, exec: &str, result: Result<()>) {
+    if let Err(err) = result {
+        tracing::warn!(exec, "{what} of the process tree failed: {err}");
+    }
+}
+
+/// A caller's view of one exec: its events from a position on, its result, and kill.
+pub struct ExecHandle {
+    state: Arc<ExecState>,
+    next_seq: u64,
+    ended: bool,
+}
+
+impl ExecHandle {
+    fn new(state: Arc<ExecState>, next_seq: u64) -> ExecHandle {
+        ExecHandle {
+            state,
+            next_seq,
+            ended: false,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    pub fn backend(&self) -> &str {
+        &self.state.backend
+    }
+
+    /// The next event, waiting up to `wait` (`None`: until there is one). `None` once
+    /// the exit event was returned, or when the wait ran out (see [`ExecHandle::ended`]).
+    pub fn next_event(&mut self, wait: Option<Duration>) -> Option<Event> {
+        if self.ended {
+            return None;
+        }
+        let event = self.state.log.event(self.next_seq, wait)?;
+        match &event {
+            Event::Output { seq, .. } => self.next_seq = seq + 1,
+            Event::Missed { next, .. } => self.next_seq = *next,
+            Event::Exit { .. } => self.ended = true,
+        }
+        Some(event)
+    }
+
+    /// Whether the exit event was returned.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The sequence number of the next event this handle returns (to attach again there).
+    pub fn position(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The result if the exec ended, without waiting.
+    pub fn finished(&self) -> Option<ExecResult> {
+        self.state.log.result()
+    }
+
+    /// Waits for the end of the exec.
+    pub fn result(&self) -> ExecResult {
+        self.state.log.wait_result()
+    }
+
+    /// Sends `signal` to the whole process tree, SIGKILL following after [`KILL_GRACE`].
+    pub fn kill(&self, signal: i32) -> Result<()> {
+        let mut control = lock(&self.state.control);
+        let (Some(process), Some(wake)) = (control.process.clone(), control.wake.clone()) else {
+            return Ok(());
+        };
+        control.cancelled = true;
+        drop(control);
+        process.signal(signal)?;
+        let _ = wake.send(Wake::Killed);
+        Ok(())
+    }
+}
+
+impl Iterator for ExecHandle {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        self.next_event(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn working_directories_stay_inside_the_workspace() {
+        assert_eq!(normalize_cwd("/").unwrap(), "/");
+        assert_eq!(normalize_cwd("").unwrap(), "/");
+        assert_eq!(normalize_cwd("src/./a//b/..").unwrap(), "/src/a");
+        assert_eq!(normalize_cwd("/a/../b").unwrap(), "/b");
+        assert!(normalize_cwd("..").is_err());
+        assert!(normalize_cwd("/a/../../etc").is_err());
+    }
+}

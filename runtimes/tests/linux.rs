@@ -1,0 +1,375 @@
+//! The exec spine and the Linux backend with real sandboxes (bubblewrap) over a plain
+//! directory standing for the workspace.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
+use computer_runtimes::{
+    Error, Event, ExecHandle, ExecOptions, ExecStatus, Runtimes, Stream, SyncOutcome,
+    EXEC_LOG_BYTES_MAX, KILL_GRACE,
+};
+
+fn runtimes_with(dir: &Path, policy: LinuxPolicy) -> Runtimes {
+    assert!(
+        policy.bwrap.exists(),
+        "{} is needed (scripts/install-test-deps.sh installs bubblewrap)",
+        policy.bwrap.display()
+    );
+    let mut runtimes = Runtimes::new();
+    let view = Arc::new(LocalView::new(dir));
+    runtimes
+        .register(Arc::new(LinuxBackend::new(view, policy)))
+        .unwrap();
+    runtimes
+}
+
+fn runtimes(dir: &Path) -> Runtimes {
+    runtimes_with(dir, LinuxPolicy::default())
+}
+
+/// Stdout and stderr of a finished exec, from its events.
+fn collect(handle: &mut ExecHandle) -> (String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    for event in handle.by_ref() {
+        match event {
+            Event::Output {
+                stream: Stream::Stdout,
+                data,
+                ..
+            } => out.extend(data),
+            Event::Output {
+                stream: Stream::Stderr,
+                data,
+                ..
+            } => err.extend(data),
+            Event::Missed { first, next } => panic!("missed events {first}..{next}"),
+            Event::Exit { .. } => {}
+        }
+    }
+    (
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+fn run(rt: &Runtimes, script: &str) -> (String, String, i32) {
+    let mut handle = rt.exec(script, ExecOptions::default()).unwrap();
+    let (out, err) = collect(&mut handle);
+    (out, err, handle.result().exit_code)
+}
+
+/// Whether a process whose command line contains `marker` is alive on the host.
+fn alive(marker: &str) -> bool {
+    let entries = std::fs::read_dir("/proc").unwrap();
+    entries.filter_map(|e| e.ok()).any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains(marker)
+    })
+}
+
+#[test]
+fn output_exit_codes_and_files_written() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.txt"), "from the host\n").unwrap();
+    let rt = runtimes(dir.path());
+    let mut handle = rt
+        .exec(
+            "cat in.txt; echo oops >&2; seq 1000 > out.txt; exit 3",
+            ExecOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(handle.backend(), "linux");
+    let (out, err) = collect(&mut handle);
+    assert_eq!((out.as_str(), err.as_str()), ("from the host\n", "oops\n"));
+    let result = handle.result();
+    assert_eq!((result.status, result.exit_code), (ExecStatus::Failed, 3));
+    assert_eq!(result.sync, SyncOutcome::Complete);
+    assert_eq!(result.reason, "the default backend");
+    let written = std::fs::read_to_string(dir.path().join("out.txt")).unwrap();
+    assert_eq!(written.lines().count(), 1000);
+
+    let (out, _, code) = run(&rt, "mkdir -p a/b && cd a/b && pwd");
+    assert_eq!((out.as_str(), code), ("/workspace/a/b\n", 0));
+    let options = ExecOptions {
+        cwd: Some("a/./b".into()),
+        stdin: Some(b"piped in\n".to_vec()),
+        ..ExecOptions::default()
+    };
+    let mut handle = rt.exec("pwd; cat", options).unwrap();
+    assert_eq!(collect(&mut handle).0, "/workspace/a/b\npiped in\n");
+    assert_eq!(handle.result().status, ExecStatus::Completed);
+
+    let outside = ExecOptions {
+        cwd: Some("/a/../..".into()),
+        ..ExecOptions::default()
+    };
+    assert!(matches!(rt.exec("true", outside), Err(Error::Invalid(_))));
+    let missing = ExecOptions {
+        cwd: Some("/nope".into()),
+        ..ExecOptions::default()
+    };
+    assert!(matches!(rt.exec("true", missing), Err(Error::Invalid(_))));
+    let unknown = ExecOptions {
+        backend: Some("js".into()),
+        ..ExecOptions::default()
+    };
+    let err = rt.exec("true", unknown).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "backend \"js\": not registered (registered: linux)"
+    );
+}
+
+#[test]
+fn output_streams_while_the_command_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtimes(dir.path());
+    let started = Instant::now();
+    let mut handle = rt
+        .exec("echo first; sleep 2; echo second", ExecOptions::default())
+        .unwrap();
+    let first = handle.next_event(Some(Duration::from_secs(30))).unwrap();
+    assert!(matches!(&first, Event::Output { seq: 0, data, .. } if data == b"first\n"));
+    assert!(
+        handle.finished().is_none(),
+        "the first line came before the end"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(collect(&mut handle).0, "second\n");
+}
+
+#[test]
+fn kill_and_timeout_end_the_whole_process_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtimes(dir.path());
+    // A child in the background, one in a session of its own, and the shell.
+    let marker = "sleep 1000.4242";
+    let script = format!("{marker} & setsid {marker} & echo started; {marker}");
+    let mut handle = rt.exec(&script, ExecOptions::default()).unwrap();
+    assert!(matches!(
+        handle.next_event(None),
+        Some(Event::Output { .. })
+    ));
+    assert!(alive(marker));
+    handle.kill(libc::SIGTERM).unwrap();
+    let result = handle.result();
+    assert_eq!(result.status, ExecStatus::Cancelled);
+    assert_eq!(result.exit_code, 128 + libc::SIGTERM);
+    assert!(!alive(marker), "a process of the tree outlived the kill");
+
+    // A command that ignores SIGTERM is killed KILL_GRACE after its timeout.
+    let marker = "sleep 1000.4343";
+    let options = ExecOptions {
+        timeout: Some(Duration::from_millis(300)),
+        ..ExecOptions::default()
+    };
+    let started = Instant::now();
+    let script = format!("trap '' TERM; {marker} & trap '' TERM; {marker}");
+    let handle = rt.exec(&script, options).unwrap();
+    let result = handle.result();
+    assert_eq!(result.status, ExecStatus::TimedOut);
+    assert!(started.elapsed() >= KILL_GRACE, "{:?}", started.elapsed());
+    assert!(started.elapsed() < KILL_GRACE + Duration::from_secs(20));
+    assert!(!alive(marker), "a process of the tree outlived the timeout");
+}
+
+#[test]
+fn attach_again_by_id_and_from_a_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtimes(dir.path());
+    let options = ExecOptions {
+        id: Some("job-1".into()),
+        ..ExecOptions::default()
+    };
+    let mut handle = rt
+        .exec(
+            "for i in 1 2 3; do echo $i; sleep 0.2; done",
+            options.clone(),
+        )
+        .unwrap();
+    assert_eq!(handle.id(), "job-1");
+    let busy = rt.exec("true", options.clone()).err().unwrap();
+    assert!(matches!(busy, Error::Busy(id) if id == "job-1"));
+    let first = handle.next_event(None).unwrap();
+    assert!(matches!(first, Event::Output { seq: 0, .. }));
+    drop(handle);
+
+    let mut again = rt.attach("job-1", 1).unwrap();
+    let rest = collect(&mut again).0;
+    assert_eq!(rest, "2\n3\n");
+    let mut from_start = rt.attach("job-1", 0).unwrap();
+    assert_eq!(collect(&mut from_start).0, "1\n2\n3\n");
+    // Finished, the id may be used again.
+    let mut reused = rt.exec("echo new", options).unwrap();
+    assert_eq!(collect(&mut reused).0, "new\n");
+    assert!(matches!(rt.attach("nope", 0), Err(Error::NoSuchExec(..))));
+}
+
+/// A command printing 1 GiB: the exec keeps at most EXEC_LOG_BYTES_MAX of it, and a
+/// reader that starts after the end learns what it missed.
+#[test]
+fn output_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtimes(dir.path());
+    let handle = rt
+        .exec("head -c 1G /dev/zero", ExecOptions::default())
+        .unwrap();
+    let id = handle.id().to_owned();
+    assert_eq!(handle.result().status, ExecStatus::Completed);
+    let mut late = rt.attach(&id, 0).unwrap();
+    let mut kept = 0;
+    let mut missed = None;
+    for event in late.by_ref() {
+        match event {
+            Event::Missed { first, next } => missed = Some((first, next)),
+            Event::Output { data, .. } => kept += data.len(),
+            Event::Exit { .. } => {}
+        }
+    }
+    let (first, next) = missed.expect("the start of 1 GiB was dropped");
+    assert_eq!(first, 0);
+    assert!(next > 0);
+    assert!(kept <= EXEC_LOG_BYTES_MAX + computer_runtimes::CHUNK_BYTES_MAX);
+    assert!(kept >= EXEC_LOG_BYTES_MAX / 2, "kept {kept}");
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let peak_kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(peak_kib < 512 << 10, "peak RSS {peak_kib} KiB");
+}
+
+#[test]
+fn the_environment_is_the_callers_not_the_daemons() {
+    // SAFETY: set before any exec of this test starts; other tests do not read it.
+    unsafe { std::env::set_var("COMPUTER_TEST_SECRET", "hunter2") };
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtimes(dir.path());
+    let options = ExecOptions {
+        env: vec![("GREETING".into(), "hello".into())],
+        ..ExecOptions::default()
+    };
+    let mut handle = rt.exec("env", options).unwrap();
+    let env = collect(&mut handle).0;
+    assert!(!env.contains("hunter2"), "{env}");
+    assert!(env.contains("GREETING=hello"));
+    assert!(env.contains("HOME=/tmp"));
+
+    let strict = LinuxPolicy {
+        env_allow: vec!["LC_*".into()],
+        ..LinuxPolicy::default()
+    };
+    let rt = runtimes_with(dir.path(), strict);
+    let options = ExecOptions {
+        env: vec![("GREETING".into(), "hello".into())],
+        ..ExecOptions::default()
+    };
+    let refused = rt.exec("env", options).err().unwrap();
+    assert_eq!(refused.errno(), libc::EPERM);
+    assert!(refused.to_string().contains("GREETING"), "{refused}");
+}
+
+#[test]
+fn the_sandbox_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::write(secret.path().join("token"), "s3cret").unwrap();
+    let secret_path = secret.path().display();
+    let rt = runtimes(dir.path());
+    let cases: Vec<(&str, String)> = vec![
+        ("write the host root", "touch /usr/escape".into()),
+        (
+            "read another directory of the host",
+            format!("cat {secret_path}/token"),
+        ),
+        ("read /root", "ls /root".into()),
+        ("read /home", "ls /home".into()),
+        ("read the host's shadow", "cat /etc/shadow".into()),
+        (
+            "follow a symlink out",
+            "ln -s /etc/shadow l && cat l".into(),
+        ),
+        (
+            "climb out with ..",
+            format!("cat ../../../..{secret_path}/token"),
+        ),
+        ("mount", "mount -t tmpfs none /tmp".into()),
+        ("a new user namespace", "unshare -U true".into()),
+        (
+            "see the host's processes",
+            format!("[ -e /proc/{}/status ]", std::process::id()),
+        ),
+        (
+            "reach the host through /proc/1/root",
+            format!("cat /proc/1/root{secret_path}/token"),
+        ),
+        (
+            "a network interface but loopback",
+            "grep -v -e lo: -e Inter -e face /proc/net/dev | grep -q . || exit 1".into(),
+        ),
+    ];
+    for (what, script) in cases {
+        let (out, err, code) = run(&rt, &format!("cd sub; {script}"));
+        assert_ne!(code, 0, "{what}: allowed ({script}): {out} {err}");
+        assert!(!out.contains("s3cret"), "{what}: {out}");
+    }
+    assert!(!Path::new("/usr/escape").exists());
+    // No capability to regain (loading a module, raw devices, ptrace need one) and no
+    // way to gain privileges by exec.
+    let (out, _, _) = run(
+        &rt,
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status",
+    );
+    let expected = "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nNoNewPrivs:\t1\n";
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn two_execs_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtimes(dir.path());
+    let a = rt
+        .exec("sleep 0.5; echo a > a", ExecOptions::default())
+        .unwrap();
+    let b = rt
+        .exec("sleep 0.5; echo b > b", ExecOptions::default())
+        .unwrap();
+    assert_ne!(a.id(), b.id());
+    let started = Instant::now();
+    assert_eq!(a.result().status, ExecStatus::Completed);
+    assert_eq!(b.result().status, ExecStatus::Completed);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a")).unwrap(),
+        "a\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("b")).unwrap(),
+        "b\n"
+    );
+}
+
+#[test]
+fn a_missing_bwrap_is_a_connect_error_tried_again_next_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rt = Runtimes::new();
+    let view = Arc::new(LocalView::new(dir.path()));
+    let policy = LinuxPolicy {
+        bwrap: "/nonexistent/bwrap".into(),
+        ..LinuxPolicy::default()
+    };
+    rt.register(Arc::new(LinuxBackend::new(view, policy)))
+        .unwrap();
+    for _ in 0..2 {
+        let err = rt.exec("true", ExecOptions::default()).err().unwrap();
+        assert!(matches!(err, Error::Connect { .. }), "{err}");
+        assert!(
+            err.to_string().contains("apt-get install bubblewrap"),
+            "{err}"
+        );
+    }
+}
