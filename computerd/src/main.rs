@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod channel;
+mod exec;
 mod fs_args;
 mod fs_cmd;
 mod fs_error;
@@ -80,6 +81,11 @@ enum Command {
     /// Sync a replica mount with its server now and wait: exits 0 once synced, 75 while
     /// the sync is pending (the daemon keeps retrying), 1 if its changes are lost.
     Sync(replica::SyncArgs),
+    /// Run a command on a workspace in a Linux sandbox that sees it at /workspace,
+    /// streaming its output; exits with the command's code (75 if its changes are not
+    /// all in the workspace yet).
+    #[command(override_usage = "computerd exec [OPTIONS] <DB> -- <CMD>...")]
+    Exec(exec::ExecArgs),
     /// Serve a workspace to replicas and clients over the network until signalled.
     Serve(serve::ServeArgs),
     /// List the computerd mounts and servers running here.
@@ -125,6 +131,7 @@ fn main() -> ExitCode {
         Command::Completions(args) => manual::completions(args, Cli::command()),
         Command::Man(args) => manual::man(args, Cli::command()),
         Command::Sync(args) => replica::run_sync(args),
+        Command::Exec(args) => exec::run(args),
     };
     match result {
         Ok(code) => code,

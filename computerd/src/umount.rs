@@ -43,6 +43,17 @@ pub fn run(args: UmountArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Unmounts the computerd mount at `mountpoint` and waits up to `timeout` for its
+/// daemon to finish with the database.
+pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> anyhow::Result<()> {
+    let args = UmountArgs {
+        lazy: false,
+        timeout: timeout.as_secs(),
+        mountpoints: Vec::new(),
+    };
+    unmount(mountpoint, &args)
+}
+
 fn unmount(mountpoint: &Path, args: &UmountArgs) -> anyhow::Result<()> {
     let absolute = std::path::absolute(mountpoint)
         .with_context(|| format!("{}: cannot resolve", mountpoint.display()))?;

@@ -1,0 +1,113 @@
+//! `computerd exec`: commands in a Linux sandbox over a workspace, free or mounted.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{computerd, run_with_stdin, Mount, BIN};
+
+fn exec(db: &Path, extra: &[&str], script: &str) -> Output {
+    let mut args: Vec<&str> = vec!["exec", db.to_str().unwrap()];
+    args.extend(extra);
+    args.extend(["--", script]);
+    computerd(args)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn fs_cat(db: &Path, path: &str) -> Vec<u8> {
+    let out = computerd(["fs", db.to_str().unwrap(), "cat", path]);
+    assert!(out.status.success(), "cat {path}: {}", text(&out.stderr));
+    out.stdout
+}
+
+/// On a free database, exec mounts it for the command and lets go afterwards: what the
+/// command wrote (1,000 small files and one of 64 MiB) is in the database when it
+/// returns.
+#[test]
+fn a_free_database_is_mounted_for_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    assert!(computerd(["init", db.to_str().unwrap()]).status.success());
+    let mut write = Command::new(BIN);
+    write.args(["fs", db.to_str().unwrap(), "write", "/in.txt"]);
+    assert!(run_with_stdin(&mut write, b"hello\n").status.success());
+
+    let script = "cat in.txt; mkdir many && for i in $(seq 1000); do echo $i > many/$i; done; \
+                  head -c 64M /dev/urandom > big; sha256sum < big > big.sha; echo done >&2; exit 3";
+    let out = exec(&db, &[], script);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello\n");
+    assert_eq!(text(&out.stderr), "done\n");
+
+    // The database is free again, and holds everything.
+    let listed = computerd(["fs", db.to_str().unwrap(), "ls", "/many"]);
+    assert_eq!(text(&listed.stdout).lines().count(), 1000);
+    assert_eq!(fs_cat(&db, "/many/1000"), b"1000\n");
+    let big = fs_cat(&db, "/big");
+    assert_eq!(big.len(), 64 << 20);
+    let mut sum = Command::new("sha256sum");
+    let summed = run_with_stdin(&mut sum, &big);
+    assert_eq!(text(&fs_cat(&db, "/big.sha")), text(&summed.stdout));
+    common::check_db(&db);
+}
+
+/// On a mounted database, the sandbox works in that mount: it sees what was written
+/// there a moment before, and its writes are there when exec returns.
+#[test]
+fn a_mounted_database_is_worked_on_through_its_mount() {
+    let m = Mount::new();
+    m.sh("mkdir src && echo 'fn main() {}' > src/main.rs");
+    let out = exec(
+        &m.db,
+        &["--cwd", "src"],
+        "pwd; cat main.rs; echo built > out.txt",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "/workspace/src\nfn main() {}\n");
+    assert_eq!(m.sh("cat src/out.txt"), "built\n");
+}
+
+/// Nothing of computerd's own environment reaches the command; --env does. Stdin is
+/// handed over; a timeout ends the command and says so.
+#[test]
+fn environment_stdin_and_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    assert!(computerd(["init", db.to_str().unwrap()]).status.success());
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "exec",
+        db.to_str().unwrap(),
+        "--env",
+        "GREETING=hi",
+        "--",
+        "env;",
+        "tr",
+        "a-z",
+        "A-Z",
+    ])
+    .env("COMPUTER_SECRET_TOKEN", "hunter2");
+    let out = run_with_stdin(&mut cmd, b"quiet\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("hunter2"), "{stdout}");
+    assert!(stdout.contains("GREETING=hi"), "{stdout}");
+    assert!(stdout.ends_with("QUIET\n"), "{stdout}");
+
+    let out = exec(&db, &["--timeout", "0.5"], "echo started; sleep 100");
+    assert_eq!(out.status.code(), Some(128 + libc::SIGTERM));
+    assert_eq!(text(&out.stdout), "started\n");
+    assert!(
+        text(&out.stderr).contains("timed out"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let missing = exec(&dir.path().join("nope.db"), &[], "true");
+    assert!(!missing.status.success());
+    assert!(text(&missing.stderr).contains("no such workspace database"));
+}
