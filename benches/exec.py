@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Latency of `computerd exec` (the Linux backend) against the same command run
+directly on the host, in the same mounted workspace, in the same run.
+
+Warm: the workspace is mounted, each command runs `--reps` times after a warm-up, by
+`computerd exec DB -- CMD` (a computerd process, a sandbox, sh) and by `sh -c CMD` in
+the mount. Cold: `computerd exec` on a free database, which mounts it for the command
+and takes the mount down again.
+
+    python3 benches/exec.py [--reps 20] [--work DIR] [--computerd target/release/computerd]
+
+Needs root and bubblewrap. Prints a markdown table of medians (and minimums), ms.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import time
+
+COMMANDS = [
+    ("true", "true"),
+    ("cat a small file", "cat small.txt"),
+    ("ls -R of 1,000 files", "ls -R tree > /dev/null"),
+    ("git status in a 100-file repository", "git -C repo status --porcelain"),
+]
+
+SETUP = r"""
+set -e
+echo hello > small.txt
+for d in $(seq 10); do mkdir -p tree/d$d; for f in $(seq 100); do echo $f > tree/d$d/f$f; done; done
+mkdir repo && cd repo && git init -q && for i in $(seq 100); do echo $i > f$i; done
+git add -A && git -c user.email=a@b -c user.name=a commit -qm init
+"""
+
+
+def timed(argv, cwd=None):
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    return (time.perf_counter() - start) * 1000
+
+
+def sample(argv, reps, cwd=None):
+    timed(argv, cwd)
+    return [timed(argv, cwd) for _ in range(reps)]
+
+
+def cell(samples):
+    return f"{statistics.median(samples):.1f} ({min(samples):.1f})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--work", default="/tmp/computer-execbench")
+    parser.add_argument("--computerd", default="target/release/computerd")
+    args = parser.parse_args()
+    computerd = os.path.abspath(args.computerd)
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    db, mnt = os.path.join(args.work, "ws.db"), os.path.join(args.work, "mnt")
+    subprocess.run([computerd, "init", db], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([computerd, "mount", db, mnt, "--daemon"], check=True, stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run(["sh", "-c", SETUP], cwd=mnt, check=True)
+        print("| command | host ms | computerd exec ms | overhead ms |")
+        print("|---|---:|---:|---:|")
+        for name, cmd in COMMANDS:
+            host = sample(["sh", "-c", cmd], args.reps, cwd=mnt)
+            ours = sample([computerd, "exec", db, "--", cmd], args.reps)
+            overhead = statistics.median(ours) - statistics.median(host)
+            print(f"| {name} | {cell(host)} | {cell(ours)} | {overhead:.1f} |", flush=True)
+    finally:
+        subprocess.run([computerd, "umount", mnt], check=True)
+    cold = [timed([computerd, "exec", db, "--", "true"]) for _ in range(max(3, args.reps // 4))]
+    print(f"| `true` on a free database (mount, sandbox, unmount) | | {cell(cold)} | |")
+    shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
