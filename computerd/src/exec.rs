@@ -1,12 +1,17 @@
 //! `computerd exec DB -- CMD...`: runs a command on a workspace through the runtimes'
 //! exec spine, streams its output as it comes and exits with its code.
 //!
-//! The Linux backend's sandbox sees the workspace through a computerd mount: the
-//! running owner's own mount when the database is mounted here, or, on a free database,
-//! a mount this command makes for its duration in a private directory and takes down
-//! afterwards, returning once that daemon finished with the database. Either way the
-//! sandbox writes into the authoritative workspace itself, so a finished command's
-//! writes are there (sync outcome: complete).
+//! The Linux backend's sandbox sees the workspace through a computerd mount:
+//! - the running owner's own mount when the database is mounted here;
+//! - on a free database, a mount this command makes for its duration in a private
+//!   directory and takes down afterwards, returning once that daemon finished with the
+//!   database;
+//! - with `--remote ADDR`, a replica mount of the served workspace (its cache in a
+//!   private directory, or `--cache DB`), synced with the server before the command (or
+//!   it does not run) and after it (complete, pending or lost).
+//!
+//! In the first two the sandbox writes into the authoritative workspace itself, so a
+//! finished command's writes are there (sync outcome: complete).
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -15,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
+use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView, WorkspaceView};
 use computer_runtimes::{
     Event, ExecOptions, ExecResult, ExecStatus, Runtimes, Stream, SyncOutcome,
 };
@@ -29,12 +34,29 @@ const EXIT_PENDING: u8 = 75;
 const STDIN_BYTES_MAX: u64 = 64 << 20;
 /// How long the mount made for one command may take to let go of the database.
 const UNMOUNT_WAIT: Duration = owner::OWNER_WAIT;
+/// The longest wait for a replica's sync with its server, before and after a command.
+const SYNC_WAIT: Duration = Duration::from_secs(60);
 
 #[derive(clap::Args, Debug)]
 pub struct ExecArgs {
-    /// The workspace database.
-    #[arg(value_name = "DB")]
-    db: PathBuf,
+    /// The workspace database (or give --remote).
+    #[arg(
+        value_name = "DB",
+        required_unless_present = "remote",
+        conflicts_with = "remote"
+    )]
+    db: Option<PathBuf>,
+    /// Run on the workspace served at ADDR (a Unix socket path, or tcp:HOST:PORT),
+    /// through a replica mount synced before and after the command.
+    #[arg(long, value_name = "ADDR")]
+    remote: Option<String>,
+    /// With --remote: the file holding the server's token (else $COMPUTERD_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    token_file: Option<PathBuf>,
+    /// With --remote: keep the replica in this database, so that the next exec starts
+    /// from it (default: a fresh one, removed once the command's changes are synced).
+    #[arg(long, value_name = "DB", requires = "remote")]
+    cache: Option<PathBuf>,
     /// The backend to run it (default: the first registered, `linux`).
     #[arg(long, value_name = "ID")]
     backend: Option<String>,
@@ -62,16 +84,30 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         timeout: timeout(args.timeout)?,
         id: None,
     };
-    let view = WorkspaceDir::for_db(&args.db)?;
-    let result = run_in(view.root(), &args.command.join(" "), options);
-    view.finish()?;
+    let script = args.command.join(" ");
+    if let Some(address) = &args.remote {
+        let replica = Arc::new(ReplicaView::mount(address, &args)?);
+        let result = run_in(replica.clone(), &script, options);
+        replica.finish(result.as_ref().ok())?;
+        return Ok(report(&result?));
+    }
+    let db = args
+        .db
+        .as_deref()
+        .expect("clap requires DB without --remote");
+    let dir = WorkspaceDir::for_db(db)?;
+    let result = run_in(Arc::new(LocalView::new(dir.root())), &script, options);
+    dir.finish()?;
     Ok(report(&result?))
 }
 
-/// Runs `script` with the sandbox over `root` and streams its output to ours.
-fn run_in(root: &Path, script: &str, options: ExecOptions) -> anyhow::Result<ExecResult> {
+/// Runs `script` with the sandbox over `view` and streams its output to ours.
+fn run_in(
+    view: Arc<dyn WorkspaceView>,
+    script: &str,
+    options: ExecOptions,
+) -> anyhow::Result<ExecResult> {
     let mut runtimes = Runtimes::new();
-    let view = Arc::new(LocalView::new(root));
     runtimes.register(Arc::new(LinuxBackend::new(view, LinuxPolicy::default())))?;
     let runtimes = Arc::new(runtimes);
     // Before any thread starts, so that all inherit the mask: a signal to this process
@@ -233,23 +269,16 @@ impl WorkspaceDir {
     }
 
     fn own(db: &Path) -> anyhow::Result<WorkspaceDir> {
-        let dir = std::env::temp_dir().join(format!("computerd-exec-{}", std::process::id()));
+        let dir = private_dir()?;
         let mountpoint = dir.join("workspace");
-        std::fs::create_dir_all(&mountpoint)
-            .with_context(|| format!("{}: cannot make a mount point", mountpoint.display()))?;
-        let exe = std::env::current_exe().context("finding the computerd program")?;
-        let status = Command::new(exe)
+        let mut mount = Command::new(std::env::current_exe().context("finding computerd")?);
+        mount
             .arg("mount")
             .args([db.as_os_str(), mountpoint.as_os_str()])
-            .args(["--daemon", "--quiet"])
-            .stdin(Stdio::null())
-            // It prints the daemon's pid: not part of the command's output.
-            .stdout(Stdio::null())
-            .status()
-            .context("starting a mount for the command")?;
-        if !status.success() {
+            .args(["--daemon", "--quiet"]);
+        if let Err(err) = run_quietly(&mut mount, "mounting the workspace for the command") {
             let _ = std::fs::remove_dir_all(&dir);
-            bail!("{}: could not mount it for the command", db.display());
+            return Err(err);
         }
         Ok(WorkspaceDir::Own { mountpoint, dir })
     }
@@ -270,6 +299,132 @@ impl WorkspaceDir {
         let _ = std::fs::remove_dir_all(&dir);
         Ok(())
     }
+}
+
+/// A replica mount of a served workspace, made for one command.
+struct ReplicaView {
+    mountpoint: PathBuf,
+    /// Where the replica daemon takes sync requests.
+    control: PathBuf,
+    /// The private directory holding the mount point (and the cache, unless --cache).
+    dir: PathBuf,
+    /// Whether the cache is ours to remove once nothing in it waits to be pushed.
+    cache_is_ours: bool,
+}
+
+impl ReplicaView {
+    fn mount(address: &str, args: &ExecArgs) -> anyhow::Result<ReplicaView> {
+        let dir = private_dir()?;
+        let mountpoint = dir.join("workspace");
+        let cache_is_ours = args.cache.is_none();
+        let cache = match &args.cache {
+            Some(cache) => std::path::absolute(cache)?,
+            None => dir.join("replica.db"),
+        };
+        let mut mount = Command::new(std::env::current_exe().context("finding computerd")?);
+        mount
+            .args(["mount", "--remote", address, "--cache"])
+            .args([cache.as_os_str(), mountpoint.as_os_str()])
+            .args(["--daemon", "--quiet"]);
+        if let Some(token) = &args.token_file {
+            mount.arg("--token-file").arg(token);
+        }
+        if let Err(err) = run_quietly(&mut mount, "mounting a replica for the command") {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(err);
+        }
+        let control = crate::replica::control_path(&cache);
+        Ok(ReplicaView {
+            mountpoint,
+            control,
+            dir,
+            cache_is_ours,
+        })
+    }
+
+    /// Asks the replica daemon to sync now and waits for its answer.
+    fn sync(&self) -> anyhow::Result<crate::replica::ControlAnswer> {
+        let request = format!("sync {}\n", SYNC_WAIT.as_millis());
+        crate::replica::ask_replica(&self.control, &request)
+    }
+
+    /// Takes the replica down. A fresh cache is removed only when the command's changes
+    /// reached the server; otherwise it stays, and the user is told where.
+    fn finish(&self, result: Option<&ExecResult>) -> anyhow::Result<()> {
+        crate::umount::unmount_and_wait(&self.mountpoint, UNMOUNT_WAIT)?;
+        let synced = result.is_none_or(|r| r.sync == SyncOutcome::Complete);
+        if self.cache_is_ours && !synced {
+            eprintln!(
+                "computerd: the replica keeps the unsynced changes in {}; mount it with \
+                 --cache to push them",
+                self.dir.join("replica.db").display()
+            );
+            return Ok(());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(())
+    }
+}
+
+impl WorkspaceView for ReplicaView {
+    fn root(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    fn before_exec(&self) -> computer_runtimes::Result<()> {
+        let not_synced = |why: String| computer_runtimes::Error::NotSynced(why);
+        let answer = self.sync().map_err(|err| not_synced(format!("{err:#}")))?;
+        match answer.kind.as_str() {
+            "complete" => Ok(()),
+            kind => Err(not_synced(format!("{kind}: {}", answer.reason))),
+        }
+    }
+
+    fn after_exec(&self) -> SyncOutcome {
+        let answer = match self.sync() {
+            Ok(answer) => answer,
+            Err(err) => {
+                return SyncOutcome::Lost {
+                    reason: format!("{err:#}"),
+                }
+            }
+        };
+        match answer.kind.as_str() {
+            "complete" => SyncOutcome::Complete,
+            "pending" => SyncOutcome::Pending {
+                intent: format!("{} ({})", answer.field("intent"), answer.reason),
+            },
+            _ => SyncOutcome::Lost {
+                reason: format!("{}: {}", answer.kind, answer.reason),
+            },
+        }
+    }
+}
+
+/// A directory of this process's own, for a mount point and a cache.
+fn private_dir() -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = std::env::temp_dir().join(format!("computerd-exec-{}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("{}: cannot make a private directory", dir.display()))?;
+    std::fs::create_dir(dir.join("workspace"))?;
+    Ok(dir)
+}
+
+/// Runs a computerd child that prints a pid on success (`--daemon`), without letting
+/// that into the command's output.
+fn run_quietly(command: &mut Command, what: &str) -> anyhow::Result<()> {
+    let status = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| what.to_owned())?;
+    if !status.success() {
+        bail!("{what}: failed ({status})");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -84,7 +84,8 @@ enum Command {
     /// Run a command on a workspace in a Linux sandbox that sees it at /workspace,
     /// streaming its output; exits with the command's code (75 if its changes are not
     /// all in the workspace yet).
-    #[command(override_usage = "computerd exec [OPTIONS] <DB> -- <CMD>...")]
+    #[command(override_usage = "computerd exec [OPTIONS] <DB> -- <CMD>...\n       \
+        computerd exec [OPTIONS] --remote <ADDR> [--cache <DB>] -- <CMD>...")]
     Exec(exec::ExecArgs),
     /// Serve a workspace to replicas and clients over the network until signalled.
     Serve(serve::ServeArgs),

@@ -427,31 +427,9 @@ pub fn run_sync(args: SyncArgs) -> anyhow::Result<ExitCode> {
         }
         None => format!("sync {timeout_ms}\n"),
     };
-    let mut stream = UnixStream::connect(&socket).with_context(|| {
-        format!(
-            "{}: no replica daemon answers (is it a replica mount, still running?)",
-            socket.display()
-        )
-    })?;
-    stream.write_all(request.as_bytes())?;
-    let mut line = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut line)
-        .context("reading the daemon's answer")?;
-    let (kind, fields) = line
-        .trim_end()
-        .split_once(' ')
-        .unwrap_or((line.trim_end(), ""));
-    let (fields, reason) = match fields.split_once("reason=") {
-        Some((fields, reason)) => (fields, reason),
-        None => (fields, ""),
-    };
-    let field = |key: &str| {
-        fields
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
-            .unwrap_or("?")
-    };
+    let answer = ask_replica(&socket, &request)?;
+    let field = |key: &str| answer.field(key);
+    let reason = answer.reason.as_str();
     let target = args
         .mountpoint
         .as_ref()
@@ -462,7 +440,7 @@ pub fn run_sync(args: SyncArgs) -> anyhow::Result<ExitCode> {
                 args.cache.as_deref().unwrap_or(Path::new("?")).display()
             )
         });
-    match kind {
+    match answer.kind.as_str() {
         "complete" => {
             println!(
                 "synced: pulled {} entries, pushed {}, {} conflicts (intent {})",
@@ -497,8 +475,54 @@ pub fn run_sync(args: SyncArgs) -> anyhow::Result<ExitCode> {
             eprintln!("computerd: sync refused: {reason}");
             Ok(ExitCode::FAILURE)
         }
-        _ => bail!("the daemon answered: {}", line.trim_end()),
+        _ => bail!("the daemon answered: {}", answer.line),
     }
+}
+
+/// A replica daemon's answer on its control socket: `KIND key=value... reason=TEXT`.
+pub struct ControlAnswer {
+    /// `complete`, `pending`, `lost` or `refused`.
+    pub kind: String,
+    fields: String,
+    /// Why it is not complete, as the daemon says it (empty when complete).
+    pub reason: String,
+    /// The whole line, for an answer not understood.
+    pub line: String,
+}
+
+impl ControlAnswer {
+    /// The value of `key`, or `?`.
+    pub fn field(&self, key: &str) -> &str {
+        self.fields
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+            .unwrap_or("?")
+    }
+}
+
+/// Sends `request` (a line: `sync TIMEOUT_MS`, or `wait INTENT TIMEOUT_MS`) to the
+/// replica daemon listening on `socket` and reads its answer.
+pub fn ask_replica(socket: &Path, request: &str) -> anyhow::Result<ControlAnswer> {
+    let mut stream = UnixStream::connect(socket).with_context(|| {
+        format!(
+            "{}: no replica daemon answers (is it a replica mount, still running?)",
+            socket.display()
+        )
+    })?;
+    stream.write_all(request.as_bytes())?;
+    let mut line = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .context("reading the daemon's answer")?;
+    let line = line.trim_end().to_owned();
+    let (kind, fields) = line.split_once(' ').unwrap_or((&line, ""));
+    let (fields, reason) = fields.split_once("reason=").unwrap_or((fields, ""));
+    Ok(ControlAnswer {
+        kind: kind.to_owned(),
+        fields: fields.to_owned(),
+        reason: reason.to_owned(),
+        line: line.clone(),
+    })
 }
 
 /// The cache database of the replica mounted at `mountpoint`, from the mount's source

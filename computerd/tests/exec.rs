@@ -111,3 +111,42 @@ fn environment_stdin_and_timeout() {
     assert!(!missing.status.success());
     assert!(text(&missing.stderr).contains("no such workspace database"));
 }
+
+/// With --remote, the sandbox works in a replica of the served workspace: it sees what
+/// the server held when exec was called, and what it writes (1,000 small files, 64 MiB)
+/// is on the server when exec returns.
+#[test]
+fn a_served_workspace_through_a_replica() {
+    let server = common::Server::start();
+    server.fs_ok(&["write", "/f.txt"], b"from the server\n");
+    let token = server.token_file.to_str().unwrap();
+    let script = "cat f.txt; mkdir many && for i in $(seq 1000); do echo $i > many/$i; done; \
+                  head -c 64M /dev/urandom > big; sha256sum < big > big.sha";
+    let out = computerd([
+        "exec",
+        "--remote",
+        &server.address,
+        "--token-file",
+        token,
+        "--",
+        script,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        server.server_log()
+    );
+    assert_eq!(text(&out.stdout), "from the server\n");
+
+    let listed = server.fs_ok(&["ls", "/many"], b"");
+    assert_eq!(text(&listed).lines().count(), 1000);
+    let big = server.fs_ok(&["cat", "/big"], b"");
+    assert_eq!(big.len(), 64 << 20);
+    let mut sum = Command::new("sha256sum");
+    let summed = run_with_stdin(&mut sum, &big);
+    assert_eq!(
+        text(&server.fs_ok(&["cat", "/big.sha"], b"")),
+        text(&summed.stdout)
+    );
+}

@@ -38,7 +38,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("vfs/src/check.rs", "check_namespace", 92),
     ("vfs/src/changes.rs", "apply_entry", 89),
     ("sync/src/sim/replicas.rs", "attempt_ended", 88),
-    ("computerd/src/replica.rs", "run_sync", 87),
     ("vfs/src/check.rs", "check_blocks", 74),
     ("vfs/src/resolve.rs", "resolve_in", 85),
     (
@@ -55,7 +54,13 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
 ];
 
 /// The crates' source directories, from the workspace root.
-const SOURCE_DIRS: &[&str] = &["vfs/src", "sync/src", "runtimes/src", "computerd/src", "benches/src"];
+const SOURCE_DIRS: &[&str] = &[
+    "vfs/src",
+    "sync/src",
+    "runtimes/src",
+    "computerd/src",
+    "benches/src",
+];
 /// Those whose functions the length rule covers: the product, not the benchmarks.
 const PRODUCT_DIRS: &[&str] = &["vfs/src", "sync/src", "runtimes/src", "computerd/src"];
 

@@ -23,6 +23,10 @@ pub enum Error {
     /// A backend could not be reached or started; the next exec tries again.
     #[error("backend {backend}: cannot connect: {reason}")]
     Connect { backend: String, reason: String },
+    /// The backend's view of the workspace could not be brought up to date before the
+    /// command; it did not run.
+    #[error("the workspace could not be brought up to date, so the command did not run: {0}")]
+    NotSynced(String),
     /// The backend's policy refuses what the call asked for.
     #[error("backend {backend}: refused by policy: {what}")]
     Refused { backend: String, what: String },
@@ -47,6 +51,7 @@ impl Error {
             Error::DuplicateBackend(_) => libc::EEXIST,
             Error::Connect { .. } => libc::EHOSTDOWN,
             Error::Refused { .. } => libc::EPERM,
+            Error::NotSynced(_) => libc::EAGAIN,
             Error::Invalid(_) => libc::EINVAL,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }

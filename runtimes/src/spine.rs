@@ -102,17 +102,19 @@ impl Runtimes {
         let cwd = normalize_cwd(options.cwd.as_deref().unwrap_or("/"))?;
         let state = self.claim(options.id, registered.backend.id(), reason)?;
         let started = Instant::now();
-        let spawned = (|| {
-            let connection = connected(registered)?;
-            connection.before_exec(&state.id)?;
+        let span = tracing::info_span!("exec", id = %state.id, backend = %state.backend);
+        let spawned = span.in_scope(|| {
+            let connection = tracing::info_span!("connect").in_scope(|| connected(registered))?;
+            tracing::info_span!("before_exec").in_scope(|| connection.before_exec(&state.id))?;
             let request = SpawnRequest {
                 exec_id: state.id.clone(),
                 script: script.to_owned(),
                 cwd,
                 env: options.env,
             };
-            Ok((connection.spawn(&request)?, connection))
-        })();
+            let spawned = tracing::info_span!("spawn").in_scope(|| connection.spawn(&request))?;
+            Ok((spawned, connection))
+        });
         let (spawned, connection) = match spawned {
             Ok(spawned) => spawned,
             Err(err) => {
@@ -308,7 +310,11 @@ impl Driver {
         let ending = self.wait_for_end(&*process, &woken);
         lock(&self.state.control).wake = None;
         self.drain(&woken, ending.drained);
-        let sync = self.connection.after_exec(&self.state.id);
+        let span = tracing::info_span!("exec", id = %self.state.id, backend = %self.state.backend);
+        let sync = span.in_scope(|| {
+            let _after = tracing::info_span!("after_exec").entered();
+            self.connection.after_exec(&self.state.id)
+        });
         self.finish(ending, sync);
     }
 
