@@ -43,15 +43,13 @@ pub fn run(args: UmountArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Unmounts the computerd mount at `mountpoint` and waits up to `timeout` for its
-/// daemon to finish with the database.
+/// Unmounts the computerd mount at `mountpoint` that this process made for its own
+/// use and waits up to `timeout` for its daemon to finish with the database, without
+/// announcing the wait: the daemon is an implementation detail of the caller.
 pub fn unmount_and_wait(mountpoint: &Path, timeout: Duration) -> anyhow::Result<()> {
-    let args = UmountArgs {
-        lazy: false,
-        timeout: timeout.as_secs(),
-        mountpoints: Vec::new(),
-    };
-    unmount(mountpoint, &args)
+    let db = computer_mount(mountpoint)?;
+    detach(mountpoint, false)?;
+    wait_for_daemon(&db, timeout, false)
 }
 
 fn unmount(mountpoint: &Path, args: &UmountArgs) -> anyhow::Result<()> {
@@ -62,7 +60,7 @@ fn unmount(mountpoint: &Path, args: &UmountArgs) -> anyhow::Result<()> {
     if args.lazy {
         return Ok(());
     }
-    wait_for_daemon(&db, Duration::from_secs(args.timeout))
+    wait_for_daemon(&db, Duration::from_secs(args.timeout), true)
 }
 
 /// The database of the computerd mount at `mountpoint`, or why it is not one.
@@ -105,8 +103,9 @@ fn detach(mountpoint: &Path, lazy: bool) -> anyhow::Result<()> {
     }
 }
 
-/// Waits until no process holds `db`'s owner lock: the daemon is done with it.
-fn wait_for_daemon(db: &Path, timeout: Duration) -> anyhow::Result<()> {
+/// Waits until no process holds `db`'s owner lock: the daemon is done with it; says so
+/// on stderr after a second if `announce`.
+fn wait_for_daemon(db: &Path, timeout: Duration, announce: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut said = false;
     loop {
@@ -128,7 +127,7 @@ fn wait_for_daemon(db: &Path, timeout: Duration) -> anyhow::Result<()> {
                 timeout.as_secs()
             );
         }
-        if !said && started.elapsed() >= Duration::from_secs(1) {
+        if announce && !said && started.elapsed() >= Duration::from_secs(1) {
             if let Some(holder) = &holder {
                 crate::notice::notice!(
                     "computerd: waiting for {holder} to finish with {}",
