@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView, WorkspaceView};
 use computer_runtimes::{
-    Event, ExecOptions, ExecResult, ExecStatus, Runtimes, Stream, SyncOutcome,
+    Event, ExecOptions, ExecResult, ExecStatus, PolicyFile, Runtimes, Stream, SyncOutcome,
 };
 
 use crate::owner::{self, Role};
@@ -70,6 +70,10 @@ pub struct ExecArgs {
     /// process's own environment reaches the command.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     env: Vec<String>,
+    /// The sandbox's policy: a TOML file with a [linux] table (network, env_allow,
+    /// read_only, timeout_seconds, processes, memory_mib; docs/RUNTIMES.md).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
     /// The command, run by `sh -c`; its words are joined by spaces, as ssh joins them.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -85,9 +89,13 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         id: None,
     };
     let script = args.command.join(" ");
+    let policy = match &args.policy {
+        Some(path) => PolicyFile::load(path)?.linux_policy(),
+        None => LinuxPolicy::default(),
+    };
     if let Some(address) = &args.remote {
         let replica = Arc::new(ReplicaView::mount(address, &args)?);
-        let result = run_in(replica.clone(), &script, options);
+        let result = run_in(replica.clone(), policy, &script, options);
         replica.finish(result.as_ref().ok())?;
         return Ok(report(&result?));
     }
@@ -96,7 +104,12 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .expect("clap requires DB without --remote");
     let dir = WorkspaceDir::for_db(db)?;
-    let result = run_in(Arc::new(LocalView::new(dir.root())), &script, options);
+    let result = run_in(
+        Arc::new(LocalView::new(dir.root())),
+        policy,
+        &script,
+        options,
+    );
     dir.finish()?;
     Ok(report(&result?))
 }
@@ -104,11 +117,12 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 /// Runs `script` with the sandbox over `view` and streams its output to ours.
 fn run_in(
     view: Arc<dyn WorkspaceView>,
+    policy: LinuxPolicy,
     script: &str,
     options: ExecOptions,
 ) -> anyhow::Result<ExecResult> {
     let mut runtimes = Runtimes::new();
-    runtimes.register(Arc::new(LinuxBackend::new(view, LinuxPolicy::default())))?;
+    runtimes.register(Arc::new(LinuxBackend::new(view, policy)))?;
     let runtimes = Arc::new(runtimes);
     // Before any thread starts, so that all inherit the mask: a signal to this process
     // is passed on to the command, and the bracket still ends (a mount made for the

@@ -150,3 +150,38 @@ fn a_served_workspace_through_a_replica() {
         text(&summed.stdout)
     );
 }
+
+/// --policy: a read-only path is read-only in the sandbox; a mistake in the file is one
+/// line naming it, and nothing runs.
+#[test]
+fn a_policy_file_shapes_the_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    assert!(computerd(["init", db.to_str().unwrap()]).status.success());
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[linux]\nread_only = [\"vendor\"]\nprocesses = 64\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let script =
+        "mkdir -p vendor; touch vendor/x 2>/dev/null && echo wrote; touch mine && echo mine";
+    let first = exec(&db, &[], "mkdir vendor");
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let out = exec(&db, &["--policy", policy], script);
+    assert_eq!(text(&out.stdout), "mine\n", "{}", text(&out.stderr));
+
+    let typo = dir.path().join("typo.toml");
+    std::fs::write(&typo, "[linux]\nnetwrok = true\n").unwrap();
+    let out = exec(&db, &["--policy", typo.to_str().unwrap()], "touch ran");
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("line 2") && stderr.contains("netwrok"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let listed = computerd(["fs", db.to_str().unwrap(), "ls", "/"]);
+    assert!(!text(&listed.stdout).contains("ran"));
+}

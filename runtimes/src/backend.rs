@@ -43,6 +43,10 @@ pub trait Connection: Send + Sync {
     fn is_alive(&self) -> bool {
         true
     }
+    /// The longest a command may run on this backend (its policy); `None`: no limit.
+    fn timeout_max(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// One command for a backend to start.

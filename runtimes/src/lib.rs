@@ -13,16 +13,19 @@
 //! mounts) and the wire and command-line surfaces.
 
 pub mod backend;
+pub mod cgroup;
 pub mod error;
 pub mod exec;
 pub mod linux;
 mod log;
+pub mod policy;
 mod spine;
 
 pub use backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
 pub use error::{Error, Result};
 pub use exec::{Event, ExecOptions, ExecResult, ExecStatus, Stream, SyncOutcome, EXIT_NOT_STARTED};
 pub use log::EXEC_LOG_BYTES_MAX;
+pub use policy::PolicyFile;
 pub use spine::{
     normalize_cwd, ExecHandle, Runtimes, CHUNK_BYTES_MAX, FINISHED_KEPT_FOR, FINISHED_KEPT_MAX,
     KILL_GRACE, RUNNING_MAX,

@@ -22,12 +22,14 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
+use crate::cgroup::{ExecCgroup, Limits};
 use crate::error::{Error, Result};
 use crate::exec::SyncOutcome;
 
@@ -101,6 +103,12 @@ pub struct LinuxPolicy {
     pub read_only: Vec<String>,
     /// The bubblewrap program.
     pub bwrap: PathBuf,
+    /// The longest a command runs; a caller may ask for less.
+    pub timeout: Option<Duration>,
+    /// Processes of one command at once, and its memory (a cgroup of its own; a
+    /// command is refused where the host offers none).
+    pub processes_max: Option<u64>,
+    pub memory_bytes_max: Option<u64>,
 }
 
 impl Default for LinuxPolicy {
@@ -110,11 +118,21 @@ impl Default for LinuxPolicy {
             env_allow: vec!["*".into()],
             read_only: Vec::new(),
             bwrap: PathBuf::from("/usr/bin/bwrap"),
+            timeout: None,
+            processes_max: None,
+            memory_bytes_max: None,
         }
     }
 }
 
 impl LinuxPolicy {
+    fn limits(&self) -> Limits {
+        Limits {
+            processes: self.processes_max,
+            memory_bytes: self.memory_bytes_max,
+        }
+    }
+
     fn allows_env(&self, name: &str) -> bool {
         self.env_allow
             .iter()
@@ -259,18 +277,35 @@ impl Connection for LinuxConnection {
         let mut args = sandbox_args(self.view.root(), &self.policy, &request.cwd, &env)?;
         args.extend(["/bin/sh", "-c"].map(OsString::from));
         args.push(OsString::from(&request.script));
-        let mut child = Command::new(&self.policy.bwrap)
+        let limits = self.policy.limits();
+        let cgroup = match limits.any() {
+            true => Some(Arc::new(
+                ExecCgroup::create(&request.exec_id, limits).map_err(|why| Error::Refused {
+                    backend: LINUX_BACKEND_ID.into(),
+                    what: format!(
+                        "process and memory limits need a cgroup, unavailable here ({why})"
+                    ),
+                })?,
+            )),
+            false => None,
+        };
+        let mut command = Command::new(&self.policy.bwrap);
+        command
             .args(args)
             .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(Error::io(format!(
-                "starting {}",
-                self.policy.bwrap.display()
-            )))?;
+            .process_group(0);
+        if let Some(cgroup) = cgroup.clone() {
+            // SAFETY: `join_self` makes only async-signal-safe calls (open, write, close)
+            // on paths prepared before the fork.
+            unsafe { command.pre_exec(move || cgroup.join_self()) };
+        }
+        let mut child = command.spawn().map_err(Error::io(format!(
+            "starting {}",
+            self.policy.bwrap.display()
+        )))?;
         // The pid is reaped by `Sandboxed::wait`, not through `child`.
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -281,7 +316,7 @@ impl Connection for LinuxConnection {
             stdin: Some(Box::new(stdin)),
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
-            process: Arc::new(Sandboxed::new(Pid::from_raw(child.id() as i32))),
+            process: Arc::new(Sandboxed::new(Pid::from_raw(child.id() as i32), cgroup)),
         })
     }
 
@@ -291,6 +326,10 @@ impl Connection for LinuxConnection {
 
     fn is_alive(&self) -> bool {
         self.view.is_alive()
+    }
+
+    fn timeout_max(&self) -> Option<Duration> {
+        self.policy.timeout
     }
 }
 
@@ -380,13 +419,16 @@ struct Sandboxed {
     bwrap: Pid,
     /// Set once the outer process was reaped: its pid may then belong to another.
     reaped: Mutex<bool>,
+    /// The command's limits; removed once it is reaped.
+    cgroup: Mutex<Option<Arc<ExecCgroup>>>,
 }
 
 impl Sandboxed {
-    fn new(bwrap: Pid) -> Sandboxed {
+    fn new(bwrap: Pid, cgroup: Option<Arc<ExecCgroup>>) -> Sandboxed {
         Sandboxed {
             bwrap,
             reaped: Mutex::new(false),
+            cgroup: Mutex::new(cgroup),
         }
     }
 
@@ -468,6 +510,8 @@ impl Process for Sandboxed {
         let status =
             waitpid(self.bwrap, None).map_err(|err| Error::io("reaping a sandbox")(err.into()))?;
         *reaped = true;
+        // The namespace ended with bubblewrap: the group is empty, and goes.
+        drop(self.cgroup.lock().unwrap_or_else(|e| e.into_inner()).take());
         Ok(match status {
             WaitStatus::Exited(_, code) => code,
             WaitStatus::Signaled(_, signal, _) => 128 + signal as i32,

@@ -122,10 +122,15 @@ impl Runtimes {
                 return Err(err);
             }
         };
+        // The caller's timeout, within the backend's.
+        let timeout = match (options.timeout, connection.timeout_max()) {
+            (Some(asked), Some(most)) => Some(asked.min(most)),
+            (asked, most) => asked.or(most),
+        };
         let driver = Driver {
             state: state.clone(),
             connection,
-            timeout: options.timeout,
+            timeout,
             started,
         };
         std::thread::Builder::new()

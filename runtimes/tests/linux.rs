@@ -373,3 +373,49 @@ fn a_missing_bwrap_is_a_connect_error_tried_again_next_time() {
         );
     }
 }
+
+/// The policy's limits: processes and memory through a cgroup of the command's own
+/// (removed afterwards), and a timeout the caller cannot lengthen.
+#[test]
+fn the_policy_limits_processes_memory_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = LinuxPolicy {
+        processes_max: Some(16),
+        memory_bytes_max: Some(64 << 20),
+        timeout: Some(Duration::from_millis(500)),
+        ..LinuxPolicy::default()
+    };
+    let rt = runtimes_with(dir.path(), policy);
+    let (_, err, _) = run(&rt, "for i in $(seq 40); do sleep 0.2 & done; wait");
+    assert!(
+        err.to_lowercase().contains("fork"),
+        "40 processes under a limit of 16: {err}"
+    );
+
+    let (_, err, code) = run(&rt, "python3 -c 'b = b\"x\" * (256 << 20); print(len(b))'");
+    assert_ne!(code, 0, "256 MiB under a limit of 64: {err}");
+
+    let asked = ExecOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..ExecOptions::default()
+    };
+    let started = Instant::now();
+    let result = rt.exec("sleep 30", asked).unwrap().result();
+    assert_eq!(result.status, ExecStatus::TimedOut);
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let prefix = format!("computer-exec-{}-", std::process::id());
+    for hierarchy in [
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup",
+    ] {
+        let Ok(entries) = std::fs::read_dir(hierarchy) else {
+            continue;
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            assert!(!name.starts_with(&prefix), "{hierarchy}/{name} left behind");
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The policy file: what each backend may do, declared in TOML and read by the daemon.
+//!
+//! ```toml
+//! [linux]
+//! network = false              # the host's network, or only a loopback of its own
+//! env_allow = ["LANG", "LC_*"] # variables a caller may pass; "*" alone: any
+//! read_only = ["vendor"]       # workspace paths the sandbox sees read-only
+//! timeout_seconds = 600        # the longest a command runs (a caller may ask less)
+//! processes = 256              # processes of one command at once (cgroup pids)
+//! memory_mib = 2048            # memory of one command (cgroup memory)
+//! ```
+//!
+//! Every key is optional; an unknown key is an error, so a misspelt limit is not
+//! silently ignored.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::linux::LinuxPolicy;
+
+/// The longest policy file read, bytes.
+const POLICY_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// A parsed policy file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFile {
+    #[serde(default)]
+    pub linux: LinuxSection,
+}
+
+/// The `[linux]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinuxSection {
+    pub network: Option<bool>,
+    pub env_allow: Option<Vec<String>>,
+    pub read_only: Option<Vec<String>>,
+    pub timeout_seconds: Option<f64>,
+    pub processes: Option<u64>,
+    pub memory_mib: Option<u64>,
+    pub bwrap: Option<PathBuf>,
+}
+
+impl PolicyFile {
+    /// Reads and checks the policy file at `path`.
+    pub fn load(path: &Path) -> Result<PolicyFile> {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(POLICY_FILE_BYTES_MAX).read_to_string(&mut text))
+            .map_err(Error::io(format!(
+                "reading the policy file {}",
+                path.display()
+            )))?;
+        PolicyFile::parse(&text)
+            .map_err(|why| Error::Invalid(format!("policy file {}: {why}", path.display())))
+    }
+
+    /// Parses a policy; the error is one line.
+    pub fn parse(text: &str) -> std::result::Result<PolicyFile, String> {
+        let policy: PolicyFile = toml::from_str(text).map_err(|err| {
+            let message = err.message().to_owned();
+            match err.span() {
+                Some(span) => {
+                    let line = text[..span.start].matches('\n').count() + 1;
+                    format!("line {line}: {message}")
+                }
+                None => message,
+            }
+        })?;
+        policy.linux.check()?;
+        Ok(policy)
+    }
+
+    /// The Linux backend's policy: the file's values over the defaults.
+    pub fn linux_policy(&self) -> LinuxPolicy {
+        let section = &self.linux;
+        let default = LinuxPolicy::default();
+        LinuxPolicy {
+            network: section.network.unwrap_or(default.network),
+            env_allow: section.env_allow.clone().unwrap_or(default.env_allow),
+            read_only: section.read_only.clone().unwrap_or(default.read_only),
+            bwrap: section.bwrap.clone().unwrap_or(default.bwrap),
+            timeout: section.timeout_seconds.map(Duration::from_secs_f64),
+            processes_max: section.processes,
+            memory_bytes_max: section.memory_mib.map(|mib| mib << 20),
+        }
+    }
+}
+
+impl LinuxSection {
+    fn check(&self) -> std::result::Result<(), String> {
+        if let Some(seconds) = self.timeout_seconds {
+            if !(seconds > 0.0 && Duration::try_from_secs_f64(seconds).is_ok()) {
+                return Err(format!(
+                    "linux.timeout_seconds = {seconds}: a positive number of seconds"
+                ));
+            }
+        }
+        if self.processes == Some(0) || self.memory_mib == Some(0) {
+            return Err("linux.processes and linux.memory_mib: at least 1".into());
+        }
+        if self.memory_mib.is_some_and(|mib| mib > (1 << 40)) {
+            return Err("linux.memory_mib: at most 2^40".into());
+        }
+        for path in self.read_only.iter().flatten() {
+            crate::spine::normalize_cwd(path)
+                .map_err(|_| format!("linux.read_only: {path:?} climbs out of the workspace"))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_file_sets_what_it_names_and_defaults_the_rest() {
+        let policy = PolicyFile::parse(
+            "[linux]\nnetwork = true\nenv_allow = [\"LC_*\"]\ntimeout_seconds = 1.5\nmemory_mib = 64\n",
+        )
+        .unwrap()
+        .linux_policy();
+        assert!(policy.network);
+        assert_eq!(policy.env_allow, vec!["LC_*".to_string()]);
+        assert_eq!(policy.timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(policy.memory_bytes_max, Some(64 << 20));
+        assert_eq!(policy.processes_max, None);
+        assert!(policy.read_only.is_empty());
+        let empty = PolicyFile::parse("").unwrap().linux_policy();
+        assert!(!empty.network);
+    }
+
+    #[test]
+    fn mistakes_are_one_line_naming_where() {
+        let typo = PolicyFile::parse("[linux]\nnetwork = false\nmemory_mb = 3\n").unwrap_err();
+        assert!(typo.starts_with("line 3:"), "{typo}");
+        assert!(typo.contains("memory_mb"), "{typo}");
+        assert!(!typo.contains('\n'), "{typo}");
+        assert!(PolicyFile::parse("[linux]\ntimeout_seconds = -1\n").is_err());
+        assert!(PolicyFile::parse("[linux]\nprocesses = 0\n").is_err());
+        assert!(PolicyFile::parse("[linux]\nread_only = [\"../x\"]\n").is_err());
+        assert!(PolicyFile::parse("[linux\n").is_err());
+    }
+}
