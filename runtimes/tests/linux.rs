@@ -419,3 +419,37 @@ fn the_policy_limits_processes_memory_and_time() {
         }
     }
 }
+
+/// A sandbox killed from outside mid-command ends the exec as failed, never completed.
+#[test]
+fn a_sandbox_killed_from_outside_fails_the_exec() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtimes(dir.path());
+    let marker = "sleep 1000.5151";
+    let mut handle = rt
+        .exec(&format!("echo up; {marker}"), ExecOptions::default())
+        .unwrap();
+    assert!(matches!(
+        handle.next_event(None),
+        Some(Event::Output { .. })
+    ));
+    // bubblewrap's own processes carry the whole script in their command lines.
+    let entries = std::fs::read_dir("/proc").unwrap();
+    let sandboxes: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &i32| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            cmdline.starts_with("/usr/bin/bwrap") && cmdline.contains(marker)
+        })
+        .collect();
+    assert!(!sandboxes.is_empty());
+    for pid in sandboxes {
+        // SAFETY: plain kill(2) of a process this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let result = handle.result();
+    assert_eq!(result.status, ExecStatus::Failed);
+    assert_eq!(result.exit_code, 128 + libc::SIGKILL);
+    assert!(!alive(marker));
+}
