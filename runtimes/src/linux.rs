@@ -17,6 +17,7 @@
 //! sandbox, where there is nothing of the host to find.
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -82,6 +83,31 @@ const ETC_KEPT: &[&str] = &[
     "perl",
     "python3",
 ];
+
+/// Opens `rel` (relative) beneath the directory `root` as a path descriptor; EXDEV if
+/// resolving it would leave `root` (RESOLVE_BENEATH), by `..` or by a symlink.
+fn open_beneath(root: &std::fs::File, rel: &str) -> std::io::Result<OwnedFd> {
+    let path = std::ffi::CString::new(if rel.is_empty() { "." } else { rel })?;
+    // SAFETY: open_how is plain data; zero is "no flags" for every field.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: valid descriptor, C string and open_how of the size given.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
 
 /// How many user namespaces may exist; 0 turns them off.
 const USER_NAMESPACES_MAX: &str = "/proc/sys/user/max_user_namespaces";
@@ -267,28 +293,15 @@ impl Connection for LinuxConnection {
 
     fn spawn(&self, request: &SpawnRequest) -> Result<Spawned> {
         let env = self.checked_env(&request.env)?;
-        let cwd = self.view.root().join(request.cwd.trim_start_matches('/'));
-        if !cwd.is_dir() {
-            return Err(Error::Invalid(format!(
-                "working directory {}: not a directory in the workspace",
-                request.cwd
-            )));
-        }
-        let mut args = sandbox_args(self.view.root(), &self.policy, &request.cwd, &env)?;
+        self.check_cwd(&request.cwd)?;
+        let read_only = self.open_read_only()?;
+        let binds: Vec<(RawFd, String)> = (read_only.iter())
+            .map(|(fd, dest)| (fd.as_raw_fd(), dest.clone()))
+            .collect();
+        let mut args = sandbox_args(self.view.root(), &self.policy, &request.cwd, &env, &binds)?;
         args.extend(["/bin/sh", "-c"].map(OsString::from));
         args.push(OsString::from(&request.script));
-        let limits = self.policy.limits();
-        let cgroup = match limits.any() {
-            true => Some(Arc::new(
-                ExecCgroup::create(&request.exec_id, limits).map_err(|why| Error::Refused {
-                    backend: LINUX_BACKEND_ID.into(),
-                    what: format!(
-                        "process and memory limits need a cgroup, unavailable here ({why})"
-                    ),
-                })?,
-            )),
-            false => None,
-        };
+        let cgroup = self.cgroup_for(&request.exec_id)?;
         let mut command = Command::new(&self.policy.bwrap);
         command
             .args(args)
@@ -297,11 +310,20 @@ impl Connection for LinuxConnection {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        if let Some(cgroup) = cgroup.clone() {
-            // SAFETY: `join_self` makes only async-signal-safe calls (open, write, close)
-            // on paths prepared before the fork.
-            unsafe { command.pre_exec(move || cgroup.join_self()) };
-        }
+        let inherited: Vec<RawFd> = binds.iter().map(|(fd, _)| *fd).collect();
+        let joined = cgroup.clone();
+        // SAFETY: only async-signal-safe calls between fork and exec: fcntl on
+        // descriptors opened before the fork, and `join_self` (open, write, close).
+        unsafe {
+            command.pre_exec(move || {
+                for &fd in &inherited {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                joined.as_ref().map_or(Ok(()), |cgroup| cgroup.join_self())
+            })
+        };
         let mut child = command.spawn().map_err(Error::io(format!(
             "starting {}",
             self.policy.bwrap.display()
@@ -334,6 +356,58 @@ impl Connection for LinuxConnection {
 }
 
 impl LinuxConnection {
+    fn check_cwd(&self, cwd: &str) -> Result<()> {
+        if !self.view.root().join(cwd.trim_start_matches('/')).is_dir() {
+            return Err(Error::Invalid(format!(
+                "working directory {cwd}: not a directory in the workspace"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The policy's read-only paths, each opened beneath the workspace's root (a
+    /// symlink a command left there may not lead out of it) and handed to bubblewrap as
+    /// a descriptor, so nothing can swap the path between this check and the mount.
+    /// A path that does not exist is skipped.
+    fn open_read_only(&self) -> Result<Vec<(OwnedFd, String)>> {
+        if self.policy.read_only.is_empty() {
+            return Ok(Vec::new());
+        }
+        let root = std::fs::File::open(self.view.root())
+            .map_err(Error::io(format!("opening {}", self.view.root().display())))?;
+        let mut opened = Vec::new();
+        for path in &self.policy.read_only {
+            let inside = crate::spine::normalize_cwd(path)?;
+            let dest = format!("{SANDBOX_WORKSPACE}{inside}");
+            match open_beneath(&root, inside.trim_start_matches('/')) {
+                Ok(fd) => opened.push((fd, dest)),
+                Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
+                    return Err(Error::Refused {
+                        backend: LINUX_BACKEND_ID.into(),
+                        what: format!(
+                            "read-only path {path}: a symlink leads out of the workspace"
+                        ),
+                    })
+                }
+                Err(err) => return Err(Error::io(format!("read-only path {path}"))(err)),
+            }
+        }
+        Ok(opened)
+    }
+
+    fn cgroup_for(&self, exec_id: &str) -> Result<Option<Arc<ExecCgroup>>> {
+        let limits = self.policy.limits();
+        if !limits.any() {
+            return Ok(None);
+        }
+        let cgroup = ExecCgroup::create(exec_id, limits).map_err(|why| Error::Refused {
+            backend: LINUX_BACKEND_ID.into(),
+            what: format!("process and memory limits need a cgroup, unavailable here ({why})"),
+        })?;
+        Ok(Some(Arc::new(cgroup)))
+    }
+
     fn checked_env(&self, env: &[(String, String)]) -> Result<Vec<(String, String)>> {
         for (name, value) in env {
             let malformed = name.is_empty() || name.contains(['=', '\0']) || value.contains('\0');
@@ -355,11 +429,15 @@ impl LinuxConnection {
 
 /// bubblewrap's arguments for a sandbox over `root` with the working directory `cwd`
 /// (inside the workspace) and the caller's `env`, up to the command.
+///
+/// `read_only`: descriptors of workspace paths (inherited by bubblewrap) and where they
+/// go in the sandbox.
 pub fn sandbox_args(
     root: &Path,
     policy: &LinuxPolicy,
     cwd: &str,
     env: &[(String, String)],
+    read_only: &[(RawFd, String)],
 ) -> Result<Vec<OsString>> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |items: &[&str]| args.extend(items.iter().map(OsString::from));
@@ -397,11 +475,8 @@ pub fn sandbox_args(
         root.as_os_str().to_owned(),
         SANDBOX_WORKSPACE.into(),
     ]);
-    for path in &policy.read_only {
-        let inside = crate::spine::normalize_cwd(path)?;
-        let host = root.join(inside.trim_start_matches('/'));
-        let target = format!("{SANDBOX_WORKSPACE}{inside}");
-        args.extend(["--ro-bind-try".into(), host.into_os_string(), target.into()]);
+    for (fd, dest) in read_only {
+        args.extend(["--ro-bind-fd".into(), fd.to_string().into(), dest.into()]);
     }
     let workdir = format!("{SANDBOX_WORKSPACE}{}", if cwd == "/" { "" } else { cwd });
     args.extend(["--chdir".into(), workdir.into(), "--clearenv".into()]);
@@ -525,7 +600,8 @@ mod tests {
     use super::*;
 
     fn args(policy: &LinuxPolicy, cwd: &str, env: &[(String, String)]) -> Vec<String> {
-        let args = sandbox_args(Path::new("/srv/ws"), policy, cwd, env).unwrap();
+        let read_only = [(7, "/workspace/ref".to_string())];
+        let args = sandbox_args(Path::new("/srv/ws"), policy, cwd, env, &read_only).unwrap();
         args.iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
@@ -558,7 +634,6 @@ mod tests {
     fn the_policy_opens_the_network_and_closes_paths() {
         let policy = LinuxPolicy {
             network: true,
-            read_only: vec!["docs/../ref".into()],
             ..LinuxPolicy::default()
         };
         let a = args(&policy, "/", &[]);
@@ -567,13 +642,8 @@ mod tests {
             &a,
             &["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
         ));
-        assert!(has(&a, &["--ro-bind-try", "/srv/ws/ref", "/workspace/ref"]));
+        assert!(has(&a, &["--ro-bind-fd", "7", "/workspace/ref"]));
         assert!(has(&a, &["--chdir", "/workspace", "--clearenv"]));
-        let escaping = LinuxPolicy {
-            read_only: vec!["../x".into()],
-            ..LinuxPolicy::default()
-        };
-        assert!(sandbox_args(Path::new("/srv/ws"), &escaping, "/", &[]).is_err());
     }
 
     #[test]

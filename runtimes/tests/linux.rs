@@ -453,3 +453,36 @@ fn a_sandbox_killed_from_outside_fails_the_exec() {
     assert_eq!(result.exit_code, 128 + libc::SIGKILL);
     assert!(!alive(marker));
 }
+
+/// A read-only path of the policy is read-only; one a command turned into a symlink
+/// out of the workspace is refused, not bound.
+#[test]
+fn read_only_paths_stay_inside_the_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::write(secret.path().join("token"), "s3cret").unwrap();
+    std::fs::create_dir(dir.path().join("vendor")).unwrap();
+    std::fs::write(dir.path().join("vendor/lib.txt"), "lib\n").unwrap();
+    let policy = LinuxPolicy {
+        read_only: vec!["vendor".into(), "missing".into()],
+        ..LinuxPolicy::default()
+    };
+    let rt = runtimes_with(dir.path(), policy);
+    let (out, _, code) = run(
+        &rt,
+        "cat vendor/lib.txt; echo x > vendor/lib.txt || echo refused",
+    );
+    assert_eq!((out.as_str(), code), ("lib\nrefused\n", 0));
+
+    std::fs::remove_dir_all(dir.path().join("vendor")).unwrap();
+    std::os::unix::fs::symlink(secret.path(), dir.path().join("vendor")).unwrap();
+    let refused = rt
+        .exec("cat vendor/token", ExecOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(refused, Error::Refused { .. }), "{refused}");
+    assert!(
+        refused.to_string().contains("leads out of the workspace"),
+        "{refused}"
+    );
+}
