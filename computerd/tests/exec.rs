@@ -185,3 +185,77 @@ fn a_policy_file_shapes_the_sandbox() {
     let listed = computerd(["fs", db.to_str().unwrap(), "ls", "/"]);
     assert!(!text(&listed.stdout).contains("ran"));
 }
+
+/// Unmounts (lazily if need be) when dropped, so a failing test leaves no mount.
+struct Unmounts(std::path::PathBuf);
+
+impl Drop for Unmounts {
+    fn drop(&mut self) {
+        if common::is_mounted(&self.0) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// The server killed while the command runs: exec says the changes are pending (exit
+/// 75) and keeps the replica's cache; once the server is back, mounting that cache
+/// pushes them and the sync completes.
+#[test]
+fn a_server_killed_mid_command_leaves_the_sync_pending_then_complete() {
+    use std::io::{BufRead, BufReader};
+    let mut server = common::Server::start();
+    let token = server.token_file.to_str().unwrap().to_owned();
+    let mut child = Command::new(BIN)
+        .args([
+            "exec",
+            "--remote",
+            &server.address,
+            "--token-file",
+            &token,
+            "--",
+        ])
+        .arg("echo x > a.txt; echo started; sleep 5")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first, "started\n");
+    server.kill9();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("not all in the workspace yet"), "{stderr}");
+    let cache = stderr
+        .split("keeps the unsynced changes in ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("no cache named: {stderr}"))
+        .to_owned();
+
+    server.restart();
+    let mnt = tempfile::tempdir().unwrap();
+    let _unmounts = Unmounts(mnt.path().to_owned());
+    let mnt = mnt.path().to_str().unwrap();
+    let mount = computerd([
+        "mount",
+        "--remote",
+        &server.address,
+        "--token-file",
+        &token,
+        "--cache",
+        &cache,
+        mnt,
+        "--daemon",
+    ]);
+    assert!(mount.status.success(), "{}", text(&mount.stderr));
+    let synced = computerd(["sync", mnt]);
+    assert!(synced.status.success(), "{}", text(&synced.stderr));
+    assert_eq!(server.fs_ok(&["cat", "/a.txt"], b""), b"x\n");
+    assert!(computerd(["umount", mnt]).status.success());
+    let _ = std::fs::remove_dir_all(std::path::Path::new(&cache).parent().unwrap());
+}
