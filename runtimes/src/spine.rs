@@ -540,6 +540,238 @@ impl Iterator for ExecHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+    /// A backend that runs scripts with the host's `sh`, no sandbox: the spine's own
+    /// behaviour, with connects counted and failures on demand.
+    #[derive(Default)]
+    struct HostShell {
+        connects: AtomicUsize,
+        connects_to_fail: AtomicUsize,
+        fail_before_exec: AtomicBool,
+        alive: Arc<AtomicBool>,
+        spawned: Arc<AtomicUsize>,
+        timeout_max: Option<Duration>,
+    }
+
+    struct HostConnection {
+        fail_before_exec: bool,
+        alive: Arc<AtomicBool>,
+        spawned: Arc<AtomicUsize>,
+        timeout_max: Option<Duration>,
+    }
+
+    /// A process group of the host, reaped by `wait` only.
+    struct HostProcess {
+        pid: i32,
+        reaped: Mutex<bool>,
+    }
+
+    impl Backend for HostShell {
+        fn id(&self) -> &str {
+            "host"
+        }
+        fn describe(&self) -> Description {
+            Description {
+                id: "host".into(),
+                summary: "sh on the host".into(),
+                runs: "sh".into(),
+                touches: "everything".into(),
+            }
+        }
+        fn connect(&self) -> Result<Arc<dyn Connection>> {
+            let failing = self.connects_to_fail.load(Ordering::SeqCst);
+            if failing > 0 {
+                self.connects_to_fail.store(failing - 1, Ordering::SeqCst);
+                return Err(Error::Connect {
+                    backend: "host".into(),
+                    reason: "told to fail".into(),
+                });
+            }
+            self.connects.fetch_add(1, Ordering::SeqCst);
+            self.alive.store(true, Ordering::SeqCst);
+            Ok(Arc::new(HostConnection {
+                fail_before_exec: self.fail_before_exec.load(Ordering::SeqCst),
+                alive: self.alive.clone(),
+                spawned: self.spawned.clone(),
+                timeout_max: self.timeout_max,
+            }))
+        }
+    }
+
+    impl Connection for HostConnection {
+        fn before_exec(&self, _exec_id: &str) -> Result<()> {
+            match self.fail_before_exec {
+                true => Err(Error::NotSynced("told to fail".into())),
+                false => Ok(()),
+            }
+        }
+        fn spawn(&self, request: &SpawnRequest) -> Result<Spawned> {
+            use std::os::unix::process::CommandExt;
+            let mut child = Command::new("sh")
+                .args(["-c", &request.script])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .map_err(Error::io("sh"))?;
+            self.spawned.fetch_add(1, Ordering::SeqCst);
+            Ok(Spawned {
+                stdin: Some(Box::new(child.stdin.take().unwrap())),
+                stdout: Box::new(child.stdout.take().unwrap()),
+                stderr: Box::new(child.stderr.take().unwrap()),
+                process: Arc::new(HostProcess {
+                    pid: child.id() as i32,
+                    reaped: Mutex::new(false),
+                }),
+            })
+        }
+        fn after_exec(&self, _exec_id: &str) -> SyncOutcome {
+            SyncOutcome::Complete
+        }
+        fn is_alive(&self) -> bool {
+            self.alive.load(Ordering::SeqCst)
+        }
+        fn timeout_max(&self) -> Option<Duration> {
+            self.timeout_max
+        }
+    }
+
+    impl Process for HostProcess {
+        fn signal(&self, signal: i32) -> Result<()> {
+            if !*lock(&self.reaped) {
+                // SAFETY: kill(2) of the group this test started.
+                unsafe { libc::kill(-self.pid, signal) };
+            }
+            Ok(())
+        }
+        fn kill_all(&self) -> Result<()> {
+            self.signal(libc::SIGKILL)
+        }
+        fn wait(&self) -> Result<i32> {
+            use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+            let pid = nix::unistd::Pid::from_raw(self.pid);
+            let _ = waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT);
+            let mut reaped = lock(&self.reaped);
+            let status = waitpid(pid, None).map_err(|e| Error::io("waitpid")(e.into()))?;
+            *reaped = true;
+            Ok(match status {
+                WaitStatus::Exited(_, code) => code,
+                WaitStatus::Signaled(_, signal, _) => 128 + signal as i32,
+                _ => -1,
+            })
+        }
+    }
+
+    fn with(backend: HostShell) -> (Runtimes, Arc<HostShell>) {
+        let backend = Arc::new(backend);
+        let mut runtimes = Runtimes::new();
+        runtimes.register(backend.clone()).unwrap();
+        (runtimes, backend)
+    }
+
+    #[test]
+    fn the_first_backend_is_the_default_and_ids_are_unique() {
+        let (mut runtimes, _) = with(HostShell::default());
+        let duplicate = runtimes.register(Arc::new(HostShell::default()));
+        assert!(matches!(duplicate, Err(Error::DuplicateBackend(id)) if id == "host"));
+        let handle = runtimes.exec("exit 4", ExecOptions::default()).unwrap();
+        let result = handle.result();
+        assert_eq!((result.status, result.exit_code), (ExecStatus::Failed, 4));
+        assert_eq!(
+            (result.backend.as_str(), result.reason.as_str()),
+            ("host", "the default backend")
+        );
+        assert_eq!(runtimes.backends()[0].id, "host");
+        assert!(matches!(
+            Runtimes::new().exec("true", ExecOptions::default()),
+            Err(Error::UnknownBackend(..))
+        ));
+    }
+
+    #[test]
+    fn a_failed_connect_is_not_kept_and_a_dead_connection_is_replaced() {
+        let (runtimes, backend) = with(HostShell {
+            connects_to_fail: AtomicUsize::new(1),
+            ..HostShell::default()
+        });
+        let failed = runtimes.exec("true", ExecOptions::default());
+        assert!(matches!(failed, Err(Error::Connect { .. })));
+        for _ in 0..2 {
+            let handle = runtimes.exec("true", ExecOptions::default()).unwrap();
+            assert_eq!(handle.result().status, ExecStatus::Completed);
+        }
+        assert_eq!(
+            backend.connects.load(Ordering::SeqCst),
+            1,
+            "kept after it succeeded"
+        );
+        backend.alive.store(false, Ordering::SeqCst);
+        runtimes
+            .exec("true", ExecOptions::default())
+            .unwrap()
+            .result();
+        assert_eq!(
+            backend.connects.load(Ordering::SeqCst),
+            2,
+            "replaced once dead"
+        );
+    }
+
+    #[test]
+    fn no_command_runs_when_the_view_cannot_be_brought_up_to_date() {
+        let (runtimes, backend) = with(HostShell {
+            fail_before_exec: AtomicBool::new(true),
+            ..HostShell::default()
+        });
+        let options = ExecOptions {
+            id: Some("mine".into()),
+            ..ExecOptions::default()
+        };
+        let failed = runtimes.exec("touch /nonexistent/x", options.clone());
+        assert!(matches!(failed, Err(Error::NotSynced(_))));
+        assert_eq!(backend.spawned.load(Ordering::SeqCst), 0);
+        // The id was given back.
+        assert!(matches!(
+            runtimes.attach("mine", 0),
+            Err(Error::NoSuchExec(..))
+        ));
+    }
+
+    #[test]
+    fn the_backends_timeout_bounds_the_callers() {
+        let (runtimes, _) = with(HostShell {
+            timeout_max: Some(Duration::from_millis(100)),
+            ..HostShell::default()
+        });
+        let result = runtimes
+            .exec("sleep 100", ExecOptions::default())
+            .unwrap()
+            .result();
+        assert_eq!(result.status, ExecStatus::TimedOut);
+        assert_eq!(result.exit_code, 128 + libc::SIGTERM);
+    }
+
+    #[test]
+    fn running_execs_are_bounded_and_kill_of_a_finished_one_does_nothing() {
+        let (runtimes, _) = with(HostShell::default());
+        let handles: Vec<ExecHandle> = (0..RUNNING_MAX)
+            .map(|_| runtimes.exec("sleep 100", ExecOptions::default()).unwrap())
+            .collect();
+        let refused = runtimes.exec("true", ExecOptions::default()).err().unwrap();
+        assert_eq!(refused.errno(), libc::EAGAIN);
+        for handle in &handles {
+            handle.kill(libc::SIGKILL).unwrap();
+        }
+        for handle in &handles {
+            assert_eq!(handle.result().status, ExecStatus::Cancelled);
+            handle.kill(libc::SIGTERM).unwrap();
+        }
+        let handle = runtimes.exec("echo again", ExecOptions::default()).unwrap();
+        assert_eq!(handle.result().status, ExecStatus::Completed);
+    }
 
     #[test]
     fn working_directories_stay_inside_the_workspace() {
