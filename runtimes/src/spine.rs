@@ -133,10 +133,16 @@ impl Runtimes {
             timeout,
             started,
         };
-        std::thread::Builder::new()
+        let process = spawned.process.clone();
+        let driving = std::thread::Builder::new()
             .name(format!("exec-{}", state.id))
-            .spawn(move || driver.run(spawned, options.stdin))
-            .map_err(Error::io("starting an exec's driver thread"))?;
+            .spawn(move || driver.run(spawned, options.stdin));
+        if let Err(err) = driving {
+            // Nobody would watch the command: end it, and give the id back.
+            let _ = process.kill_all();
+            lock(&self.execs).remove(&state.id);
+            return Err(Error::io("starting an exec's driver thread")(err));
+        }
         Ok(ExecHandle::new(state, 0))
     }
 
