@@ -19,6 +19,7 @@ pub mod exec;
 pub mod linux;
 mod log;
 pub mod policy;
+pub mod seccomp;
 mod spine;
 
 pub use backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};

@@ -298,7 +298,14 @@ impl Connection for LinuxConnection {
         let binds: Vec<(RawFd, String)> = (read_only.iter())
             .map(|(fd, dest)| (fd.as_raw_fd(), dest.clone()))
             .collect();
-        let mut args = sandbox_args(self.view.root(), &self.policy, &request.cwd, &env, &binds)?;
+        let seccomp = crate::seccomp::filter()?;
+        let seccomp_fd = seccomp.as_ref().map(|fd| fd.as_raw_fd());
+        let sandbox = Sandbox {
+            read_only: &binds,
+            seccomp: seccomp_fd,
+        };
+        let root = self.view.root();
+        let mut args = sandbox_args(root, &self.policy, &request.cwd, &env, &sandbox)?;
         args.extend(["/bin/sh", "-c"].map(OsString::from));
         args.push(OsString::from(&request.script));
         let cgroup = self.cgroup_for(&request.exec_id)?;
@@ -310,7 +317,9 @@ impl Connection for LinuxConnection {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let inherited: Vec<RawFd> = binds.iter().map(|(fd, _)| *fd).collect();
+        let inherited: Vec<RawFd> = (binds.iter().map(|(fd, _)| *fd))
+            .chain(seccomp_fd)
+            .collect();
         let joined = cgroup.clone();
         // SAFETY: only async-signal-safe calls between fork and exec: fcntl on
         // descriptors opened before the fork, and `join_self` (open, write, close).
@@ -427,17 +436,22 @@ impl LinuxConnection {
     }
 }
 
+/// Descriptors bubblewrap inherits for one sandbox.
+pub struct Sandbox<'a> {
+    /// Workspace paths opened beneath its root, and where they go in the sandbox.
+    pub read_only: &'a [(RawFd, String)],
+    /// A pipe holding the seccomp program.
+    pub seccomp: Option<RawFd>,
+}
+
 /// bubblewrap's arguments for a sandbox over `root` with the working directory `cwd`
 /// (inside the workspace) and the caller's `env`, up to the command.
-///
-/// `read_only`: descriptors of workspace paths (inherited by bubblewrap) and where they
-/// go in the sandbox.
 pub fn sandbox_args(
     root: &Path,
     policy: &LinuxPolicy,
     cwd: &str,
     env: &[(String, String)],
-    read_only: &[(RawFd, String)],
+    sandbox: &Sandbox<'_>,
 ) -> Result<Vec<OsString>> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |items: &[&str]| args.extend(items.iter().map(OsString::from));
@@ -475,8 +489,11 @@ pub fn sandbox_args(
         root.as_os_str().to_owned(),
         SANDBOX_WORKSPACE.into(),
     ]);
-    for (fd, dest) in read_only {
+    for (fd, dest) in sandbox.read_only {
         args.extend(["--ro-bind-fd".into(), fd.to_string().into(), dest.into()]);
+    }
+    if let Some(fd) = sandbox.seccomp {
+        args.extend(["--seccomp".into(), fd.to_string().into()]);
     }
     let workdir = format!("{SANDBOX_WORKSPACE}{}", if cwd == "/" { "" } else { cwd });
     args.extend(["--chdir".into(), workdir.into(), "--clearenv".into()]);
@@ -601,7 +618,11 @@ mod tests {
 
     fn args(policy: &LinuxPolicy, cwd: &str, env: &[(String, String)]) -> Vec<String> {
         let read_only = [(7, "/workspace/ref".to_string())];
-        let args = sandbox_args(Path::new("/srv/ws"), policy, cwd, env, &read_only).unwrap();
+        let sandbox = Sandbox {
+            read_only: &read_only,
+            seccomp: Some(9),
+        };
+        let args = sandbox_args(Path::new("/srv/ws"), policy, cwd, env, &sandbox).unwrap();
         args.iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
@@ -620,6 +641,7 @@ mod tests {
         assert!(has(&a, &["--chdir", "/workspace/src", "--clearenv"]));
         assert!(has(&a, &["--setenv", "FOO", "bar"]));
         assert!(has(&a, &["--cap-drop", "ALL"]));
+        assert!(has(&a, &["--seccomp", "9"]));
         assert!(a.contains(&"--unshare-all".to_string()));
         assert!(a.contains(&"--disable-userns".to_string()));
         assert!(!a.contains(&"--share-net".to_string()));

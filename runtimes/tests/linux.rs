@@ -302,6 +302,16 @@ fn the_sandbox_holds() {
             format!("cat ../../../..{secret_path}/token"),
         ),
         ("mount", "mount -t tmpfs none /tmp".into()),
+        // PTRACE_TRACEME needs no capability: only the seccomp filter refuses it.
+        (
+            "ptrace",
+            "python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(0, 0, 0, 0))'".into(),
+        ),
+        (
+            // keyctl(KEYCTL_GET_KEYRING_ID, the session keyring): an id unless refused.
+            "a keyring",
+            "python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).syscall(250, 0, -3, 0) < 0)'".into(),
+        ),
         ("a new user namespace", "unshare -U true".into()),
         (
             "see the host's processes",
