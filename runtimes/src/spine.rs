@@ -134,9 +134,17 @@ impl Runtimes {
             started,
         };
         let process = spawned.process.clone();
+        // Published before the handle exists, so that a kill right after exec returns
+        // reaches the command instead of finding nothing to signal.
+        let (wake, woken) = mpsc::channel();
+        {
+            let mut control = lock(&state.control);
+            control.process = Some(process.clone());
+            control.wake = Some(wake.clone());
+        }
         let driving = std::thread::Builder::new()
             .name(format!("exec-{}", state.id))
-            .spawn(move || driver.run(spawned, options.stdin));
+            .spawn(move || driver.run(spawned, options.stdin, wake, woken));
         if let Err(err) = driving {
             // Nobody would watch the command: end it, and give the id back.
             let _ = process.kill_all();
@@ -294,19 +302,19 @@ struct Ending {
 }
 
 impl Driver {
-    fn run(self, spawned: Spawned, stdin: Option<Vec<u8>>) {
-        let (wake, woken) = mpsc::channel();
+    fn run(
+        self,
+        spawned: Spawned,
+        stdin: Option<Vec<u8>>,
+        wake: Sender<Wake>,
+        woken: mpsc::Receiver<Wake>,
+    ) {
         let Spawned {
             stdin: pipe,
             stdout,
             stderr,
             process,
         } = spawned;
-        {
-            let mut control = lock(&self.state.control);
-            control.process = Some(process.clone());
-            control.wake = Some(wake.clone());
-        }
         if let Some(pipe) = pipe {
             feed(pipe, stdin.unwrap_or_default());
         }
