@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use computer_sync::files::FileStreams;
-use computer_sync::rpc::{self, Address, ServeOptions, ServerSocket};
+use computer_sync::rpc::{self, Address, RunnerMaker, ServeOptions, ServerSocket};
 use computer_sync::{AppliedObserver, Authority};
 use computer_vfs::Workspace;
 
@@ -43,6 +43,7 @@ impl ChannelServer {
         db: &Path,
         ws: Workspace,
         changed: Option<AppliedObserver>,
+        runner: Option<RunnerMaker>,
     ) -> anyhow::Result<(ChannelServer, Channel)> {
         let socket = std::path::absolute(socket_path(db)).context("finding the channel's path")?;
         if socket.as_os_str().len() > rpc::UNIX_SOCKET_PATH_BYTES_MAX {
@@ -68,6 +69,7 @@ impl ChannelServer {
         let options = ServeOptions {
             files: Some(FileStreams { changed }),
             connections_max: CONNECTIONS_MAX,
+            runner,
             ..ServeOptions::default()
         };
         let thread_socket = socket.clone();

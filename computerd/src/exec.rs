@@ -1,17 +1,24 @@
 //! `computerd exec DB -- CMD...`: runs a command on a workspace through the runtimes'
 //! exec spine, streams its output as it comes and exits with its code.
 //!
-//! The Linux backend's sandbox sees the workspace through a computerd mount:
-//! - the running owner's own mount when the database is mounted here;
-//! - on a free database, a mount this command makes for its duration in a private
-//!   directory and takes down afterwards, returning once that daemon finished with the
-//!   database;
-//! - with `--remote ADDR`, a replica mount of the served workspace (its cache in a
-//!   private directory, or `--cache DB`), synced with the server before the command (or
-//!   it does not run) and after it (complete, pending or lost).
+//! On a database the command goes to the workspace's owner, over the owner's channel
+//! (the `runner` of its Cap'n Proto session), and the owner runs it:
+//! - a running mount of the database runs it in its sandbox, which sees the workspace
+//!   through that mount and stays warm between commands; `--policy` belongs to the
+//!   mount then (`computerd mount --policy`), not to this command;
+//! - on a free database this command starts that owner itself, a mount in a private
+//!   directory with the policy given here, and takes it down afterwards, returning once
+//!   that daemon finished with the database.
 //!
-//! In the first two the sandbox writes into the authoritative workspace itself, so a
-//! finished command's writes are there (sync outcome: complete).
+//! Either way the sandbox writes into the authoritative workspace itself, so a finished
+//! command's writes are there (sync outcome: complete), and the owner keeps the exec's
+//! record in the workspace's audit trail. Output arrives by long-polled `events` calls;
+//! a signal to this command (Ctrl-C, SIGTERM) becomes a `kill` of the exec.
+//!
+//! With `--remote ADDR` the command runs here, in a sandbox over a replica mount of the
+//! served workspace (its cache in a private directory, or `--cache DB`), synced with the
+//! server before the command (or it does not run) and after it (complete, pending or
+//! lost).
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,11 +27,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView, WorkspaceView};
+use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, WorkspaceView};
 use computer_runtimes::{
     Event, ExecOptions, ExecResult, ExecStatus, PolicyFile, Runtimes, Stream, SyncOutcome,
 };
+use computer_sync::rpc::Address;
 
+use crate::exec_wire;
+use crate::fs_files::RemoteFiles;
 use crate::owner::{self, Role};
 
 /// Exit status when the command ran but its writes have not all reached the
@@ -34,6 +44,8 @@ const EXIT_PENDING: u8 = 75;
 const STDIN_BYTES_MAX: u64 = 64 << 20;
 /// How long the mount made for one command may take to let go of the database.
 const UNMOUNT_WAIT: Duration = owner::OWNER_WAIT;
+/// The longest an events call waits on the owner before asking again.
+const EVENTS_WAIT: Duration = Duration::from_secs(10);
 /// The longest wait for a replica's sync with its server, before and after a command.
 const SYNC_WAIT: Duration = Duration::from_secs(60);
 
@@ -87,13 +99,14 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         env: parse_env(&args.env)?,
         timeout: timeout(args.timeout)?,
         id: None,
+        caller: None,
     };
     let script = args.command.join(" ");
-    let policy = match &args.policy {
-        Some(path) => PolicyFile::load(path)?.linux_policy(),
-        None => LinuxPolicy::default(),
-    };
     if let Some(address) = &args.remote {
+        let policy = match &args.policy {
+            Some(path) => PolicyFile::load(path)?.linux_policy(),
+            None => LinuxPolicy::default(),
+        };
         let replica = Arc::new(ReplicaView::mount(address, &args)?);
         let result = run_in(replica.clone(), policy, &script, options);
         replica.finish(result.as_ref().ok())?;
@@ -103,15 +116,80 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         .db
         .as_deref()
         .expect("clap requires DB without --remote");
-    let dir = WorkspaceDir::for_db(db)?;
-    let result = run_in(
-        Arc::new(LocalView::new(dir.root())),
-        policy,
-        &script,
-        options,
-    );
-    dir.finish()?;
+    let owner = Owner::for_db(db, args.policy.as_deref())?;
+    let result = run_on_owner(&owner.channel, &script, &options);
+    owner.finish()?;
     Ok(report(&result?))
+}
+
+/// Runs `script` in the process that owns the workspace, through its channel, and
+/// streams its output to ours. A signal to this process is passed on to the command.
+fn run_on_owner(
+    channel: &owner::Channel,
+    script: &str,
+    options: &ExecOptions,
+) -> anyhow::Result<ExecResult> {
+    let signals = termination_signals();
+    signals.thread_block().context("blocking signals")?;
+    let address = Address::Unix(channel.socket.clone());
+    let files = RemoteFiles::connect(&address, channel.token.as_bytes())?;
+    let upstream = files.upstream().clone();
+    let (to_kill, mut kills) = tokio::sync::mpsc::unbounded_channel::<i32>();
+    std::thread::spawn(move || {
+        while let Ok(signal) = signals.wait() {
+            if to_kill.send(signal as i32).is_err() {
+                return;
+            }
+        }
+    });
+    let ran = files.block_on(async move {
+        let runner = upstream.runner().await?;
+        let mut request = runner.exec_request();
+        exec_wire::write_request(script, options, request.get().init_request());
+        let answer = upstream.answer(request.send().promise).await?;
+        let exec = answer.get()?.get_exec()?;
+        let (killer, link) = (exec.clone(), upstream.clone());
+        let _passing = tokio::task::spawn_local(async move {
+            while let Some(signal) = kills.recv().await {
+                let mut request = killer.kill_request();
+                request.get().set_signal(signal);
+                if let Err(err) = link.answer(request.send().promise).await {
+                    tracing::warn!("passing signal {signal} on to the command: {err}");
+                }
+            }
+        });
+        follow(&upstream, &exec).await
+    });
+    ran.map_err(|err| match err.downcast::<computer_sync::Error>() {
+        // The owner's refusal, which says what was refused.
+        Ok(computer_sync::Error::File { message, .. }) => anyhow!(message),
+        Ok(err) => crate::fs_files::connection_error(&address, err),
+        Err(err) => err,
+    })
+}
+
+/// Reads an exec's events until its exit, writing its output to ours as it comes.
+async fn follow(
+    upstream: &computer_sync::RemoteUpstream,
+    exec: &computer_sync::exec_capnp::exec::Client,
+) -> anyhow::Result<ExecResult> {
+    let mut output = Output::default();
+    let mut from = 0;
+    loop {
+        let mut request = exec.events_request();
+        request.get().set_from(from);
+        request.get().set_wait_ms(EVENTS_WAIT.as_millis() as u32);
+        let answer = upstream.answer(request.send().promise).await?;
+        for event in answer.get()?.get_events()? {
+            let event = exec_wire::read_event(event)?;
+            from = match &event {
+                Event::Output { seq, .. } => seq + 1,
+                Event::Missed { next, .. } => *next,
+                Event::Exit { result, .. } => return Ok(result.clone()),
+            };
+            output.show(&event);
+        }
+    }
 }
 
 /// Runs `script` with the sandbox over `view` and streams its output to ours.
@@ -131,8 +209,30 @@ fn run_in(
     signals.thread_block().context("blocking signals")?;
     let mut handle = runtimes.exec(script, options)?;
     pass_signals_on(signals, runtimes.clone(), handle.id().to_owned());
-    let (mut stdout, mut stderr) = (std::io::stdout().lock(), std::io::stderr());
+    let mut output = Output::default();
     for event in handle.by_ref() {
+        output.show(&event);
+    }
+    Ok(handle.result())
+}
+
+/// Where a command's output goes: ours.
+struct Output {
+    stdout: std::io::Stdout,
+    stderr: std::io::Stderr,
+}
+
+impl Default for Output {
+    fn default() -> Output {
+        Output {
+            stdout: std::io::stdout(),
+            stderr: std::io::stderr(),
+        }
+    }
+}
+
+impl Output {
+    fn show(&mut self, event: &Event) {
         // A closed stdout (`| head`) must not stop the command's bracket: keep reading.
         match event {
             Event::Output {
@@ -140,10 +240,13 @@ fn run_in(
                 data,
                 ..
             } => {
-                let _ = stdout.write_all(&data).and_then(|()| stdout.flush());
+                let _ = self
+                    .stdout
+                    .write_all(data)
+                    .and_then(|()| self.stdout.flush());
             }
             Event::Output { data, .. } => {
-                let _ = stderr.write_all(&data);
+                let _ = self.stderr.write_all(data);
             }
             Event::Missed { first, next } => {
                 eprintln!(
@@ -154,7 +257,6 @@ fn run_in(
             Event::Exit { .. } => {}
         }
     }
-    Ok(handle.result())
 }
 
 fn termination_signals() -> nix::sys::signal::SigSet {
@@ -241,16 +343,16 @@ fn timeout(seconds: Option<f64>) -> anyhow::Result<Option<Duration>> {
         .transpose()
 }
 
-/// The directory the sandbox binds at /workspace: a mount of the workspace.
-enum WorkspaceDir {
-    /// The running owner's mount.
-    Borrowed(PathBuf),
-    /// A mount made for this command, in a directory of its own.
-    Own { mountpoint: PathBuf, dir: PathBuf },
+/// The process that runs the command: the database's running mount, or a mount made
+/// for this command in a private directory.
+struct Owner {
+    channel: owner::Channel,
+    /// The mount made for the command: its mount point and private directory.
+    own: Option<(PathBuf, PathBuf)>,
 }
 
-impl WorkspaceDir {
-    fn for_db(db: &Path) -> anyhow::Result<WorkspaceDir> {
+impl Owner {
+    fn for_db(db: &Path, policy: Option<&Path>) -> anyhow::Result<Owner> {
         if !db.exists() {
             bail!(
                 "{}: no such workspace database (computerd init makes one)",
@@ -258,23 +360,32 @@ impl WorkspaceDir {
             );
         }
         if owner::is_held(db) {
-            return Self::borrowed(db);
+            if let Some(policy) = policy {
+                bail!(
+                    "--policy {}: {} is mounted, and its mount's policy applies (computerd \
+                     mount --policy)",
+                    policy.display(),
+                    db.display()
+                );
+            }
+            return Ok(Owner {
+                channel: Self::running(db)?,
+                own: None,
+            });
         }
-        Self::own(db)
+        Self::mount(db, policy)
     }
 
-    fn borrowed(db: &Path) -> anyhow::Result<WorkspaceDir> {
+    /// The channel of the running mount of `db`.
+    fn running(db: &Path) -> anyhow::Result<owner::Channel> {
         let holder = owner::read_holder(&owner::owner_path(db)).ok_or_else(|| {
             anyhow!(
                 "{}: in use by a process that does not say who it is",
                 db.display()
             )
         })?;
-        match &holder.role {
-            Role::Mount {
-                mountpoint,
-                replica: false,
-            } => Ok(WorkspaceDir::Borrowed(mountpoint.clone())),
+        match (&holder.role, &holder.channel) {
+            (Role::Mount { replica: false, .. }, Some(channel)) => Ok(channel.clone()),
             _ => bail!(
                 "{}: in use by {holder}; exec runs on a database mounted here or free",
                 db.display()
@@ -282,7 +393,11 @@ impl WorkspaceDir {
         }
     }
 
-    fn own(db: &Path) -> anyhow::Result<WorkspaceDir> {
+    fn mount(db: &Path, policy: Option<&Path>) -> anyhow::Result<Owner> {
+        if let Some(policy) = policy {
+            // Here, so that a mistake in it is said in one line, not as a failed mount.
+            PolicyFile::load(policy)?;
+        }
         let dir = private_dir()?;
         let mountpoint = dir.join("workspace");
         let mut mount = Command::new(std::env::current_exe().context("finding computerd")?);
@@ -290,23 +405,32 @@ impl WorkspaceDir {
             .arg("mount")
             .args([db.as_os_str(), mountpoint.as_os_str()])
             .args(["--daemon", "--quiet"]);
+        if let Some(policy) = policy {
+            mount.arg("--policy").arg(policy);
+        }
         if let Err(err) = run_quietly(&mut mount, "mounting the workspace for the command") {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(err);
         }
-        Ok(WorkspaceDir::Own { mountpoint, dir })
-    }
-
-    fn root(&self) -> &Path {
-        match self {
-            WorkspaceDir::Borrowed(root) => root,
-            WorkspaceDir::Own { mountpoint, .. } => mountpoint,
+        let owner = Owner {
+            channel: owner::Channel {
+                socket: PathBuf::new(),
+                token: String::new(),
+            },
+            own: Some((mountpoint, dir)),
+        };
+        match Self::running(db) {
+            Ok(channel) => Ok(Owner { channel, ..owner }),
+            Err(err) => {
+                let _ = owner.finish();
+                Err(err)
+            }
         }
     }
 
     /// Takes down a mount made for the command, once its daemon is done.
     fn finish(self) -> anyhow::Result<()> {
-        let WorkspaceDir::Own { mountpoint, dir } = self else {
+        let Some((mountpoint, dir)) = self.own else {
             return Ok(());
         };
         crate::umount::unmount_and_wait(&mountpoint, UNMOUNT_WAIT)?;

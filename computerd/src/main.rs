@@ -6,8 +6,10 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+mod audit;
 mod channel;
 mod exec;
+mod exec_wire;
 mod fs_args;
 mod fs_cmd;
 mod fs_error;
@@ -87,6 +89,9 @@ enum Command {
     #[command(override_usage = "computerd exec [OPTIONS] <DB> -- <CMD>...\n       \
         computerd exec [OPTIONS] --remote <ADDR> [--cache <DB>] -- <CMD>...")]
     Exec(exec::ExecArgs),
+    /// List the workspace's audit trail: each exec asked of it, who asked, on which
+    /// backend and why, and how it ended (or why it was refused).
+    Audit(audit::AuditArgs),
     /// Serve a workspace to replicas and clients over the network until signalled.
     Serve(serve::ServeArgs),
     /// List the computerd mounts and servers running here.
@@ -133,6 +138,7 @@ fn main() -> ExitCode {
         Command::Man(args) => manual::man(args, Cli::command()),
         Command::Sync(args) => replica::run_sync(args),
         Command::Exec(args) => exec::run(args),
+        Command::Audit(args) => audit::run(args),
     };
     match result {
         Ok(code) => code,

@@ -14,16 +14,20 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
+use computer_runtimes::{PolicyFile, Runtimes, WorkspaceAudit};
 use computer_vfs::{Options, Workspace};
 use fuser::{Config, MountOption, SessionACL};
 
 use computer_sync::{Follower, SyncOutcome};
 
 use crate::channel::ChannelServer;
+use crate::exec_wire::{self, RuntimesSlot};
 use crate::fuse::{MountConfig, WorkspaceFs};
 use crate::owner::{self, Holder, OwnerLock, Role};
 use crate::poll::RequestPolling;
@@ -98,6 +102,10 @@ pub struct MountArgs {
     /// the machine has a CPU to spare, which shortens each round trip by about a third.
     #[arg(long)]
     pub no_poll: bool,
+    /// The policy of the commands this mount runs for `computerd exec`: a TOML file
+    /// with a [linux] table (docs/RUNTIMES.md). Default: no network, the default limits.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
 }
 
 impl MountArgs {
@@ -113,6 +121,27 @@ impl MountArgs {
             (None, None) => bail!("give the database and the mount point"),
         }
     }
+}
+
+/// The policy of the commands this mount runs, read before mounting so that a mistake
+/// in it stops the mount with its message.
+fn exec_policy(args: &MountArgs) -> anyhow::Result<LinuxPolicy> {
+    Ok(match &args.policy {
+        Some(path) => PolicyFile::load(path)?.linux_policy(),
+        None => LinuxPolicy::default(),
+    })
+}
+
+/// The exec spine of a mount: the Linux backend over the mount itself, its records kept
+/// in the workspace's audit trail.
+fn exec_runtimes(mountpoint: &Path, policy: LinuxPolicy, ws: &Workspace) -> Arc<Runtimes> {
+    let view = Arc::new(LocalView::new(mountpoint));
+    let mut runtimes = Runtimes::new();
+    runtimes
+        .register(Arc::new(LinuxBackend::new(view, policy)))
+        .expect("the first backend's id is free");
+    runtimes.set_audit(Arc::new(WorkspaceAudit(ws.clone())));
+    Arc::new(runtimes)
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
@@ -203,6 +232,26 @@ fn serve(args: &MountArgs, mut ready: Option<std::fs::File>) -> anyhow::Result<(
     result
 }
 
+/// Clears a stale mount at `mountpoint`, makes it if missing, and checks it is a
+/// directory that mounting would not hide files in. A mount that fails leaves no mount
+/// point it made behind: the returned guard removes it unless kept.
+fn prepare_mount_point(args: &MountArgs, mountpoint: &Path) -> anyhow::Result<MadeDir> {
+    clear_stale_mount(mountpoint)?;
+    let made = MadeDir::new(mountpoint)?;
+    let meta = std::fs::metadata(mountpoint)
+        .with_context(|| format!("{}: cannot use as a mount point", mountpoint.display()))?;
+    if !meta.is_dir() {
+        bail!("{}: not a directory", mountpoint.display());
+    }
+    if !args.nonempty && has_entries(mountpoint)? {
+        bail!(
+            "{}: not empty; mounting would hide its files (--nonempty mounts over them)",
+            mountpoint.display()
+        );
+    }
+    Ok(made)
+}
+
 fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow::Result<()> {
     // Signals are taken synchronously by this thread; block them before any thread starts
     // so the FUSE workers inherit the mask.
@@ -210,22 +259,10 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     signals.thread_block().context("blocking signals")?;
 
     let (db, mountpoint) = args.paths()?;
+    let exec_policy = exec_policy(args)?;
     // Held until this function returns, after the last handle on the database closed.
     let mut owner = take_ownership(args, &db, &mountpoint)?;
-    clear_stale_mount(&mountpoint)?;
-    // A mount that fails leaves no mount point it made behind.
-    let mut made = MadeDir::new(&mountpoint)?;
-    let meta = std::fs::metadata(&mountpoint)
-        .with_context(|| format!("{}: cannot use as a mount point", mountpoint.display()))?;
-    if !meta.is_dir() {
-        bail!("{}: not a directory", mountpoint.display());
-    }
-    if !args.nonempty && has_entries(&mountpoint)? {
-        bail!(
-            "{}: not empty; mounting would hide its files (--nonempty mounts over them)",
-            mountpoint.display()
-        );
-    }
+    let mut made = prepare_mount_point(args, &mountpoint)?;
     let options = workspace_options(args, &db, owner.is_some())?;
     let ws = Workspace::open(&db, options).map_err(crate::fs_error::vfs_err)?;
     // The source names the database by its absolute path: `computerd sync MOUNTPOINT`
@@ -233,11 +270,15 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     let db = std::path::absolute(&db).unwrap_or(db);
 
     let kernel = KernelCache::new(ws.clone());
-    // Other processes' file commands run here from now on (a replica's cache takes
-    // none: its changes must come from the server or through the mount).
+    // Other processes' file commands and execs run here from now on (a replica's cache
+    // takes none: its changes must come from the server or through the mount). Execs
+    // wait for the mount to answer: their sandboxes see the workspace through it.
+    let runtimes = RuntimesSlot::default();
     let channel = match (&mut owner, &args.remote.remote) {
         (Some(owner), None) => {
-            let (server, channel) = ChannelServer::start(&db, ws.clone(), Some(kernel.observer()))?;
+            let runner = exec_wire::runner_maker(runtimes.clone(), ws.clone());
+            let changed = Some(kernel.observer());
+            let (server, channel) = ChannelServer::start(&db, ws.clone(), changed, Some(runner))?;
             owner.offer(channel)?;
             Some(server)
         }
@@ -286,6 +327,9 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     };
     wait_until_answering(&mountpoint)?;
     widen_read_ahead(&mountpoint);
+    if channel.is_some() {
+        let _ = runtimes.set(exec_runtimes(&mountpoint, exec_policy, &watched));
+    }
     made.keep();
     if let Some(owner) = &mut owner {
         owner.serving()?;

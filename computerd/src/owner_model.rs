@@ -196,7 +196,7 @@ impl Owner {
         };
         let ws = Workspace::open(&db, options).unwrap();
         assert!(ws.has_staging(), "the owner writes as a mount does");
-        let (channel, published) = ChannelServer::start(&db, ws.clone(), None).unwrap();
+        let (channel, published) = ChannelServer::start(&db, ws.clone(), None, None).unwrap();
         let address = Address::Unix(published.socket.clone());
         let files = RemoteFiles::connect(&address, published.token.as_bytes()).unwrap();
         Owner {

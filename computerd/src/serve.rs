@@ -12,12 +12,14 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
+use computer_runtimes::Runtimes;
 use computer_sync::files::FileStreams;
 use computer_sync::rpc::{self, Address, ServeOptions, ServerSocket};
 use computer_sync::Authority;
 use computer_vfs::{Options, Workspace};
 
 use crate::channel::ChannelServer;
+use crate::exec_wire;
 use crate::owner::{self, Holder, OwnerLock, Role};
 use crate::remote;
 
@@ -60,12 +62,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let ws = Workspace::open(&args.db, options).map_err(crate::fs_error::vfs_err)?;
     // `computerd fs DB` from other processes on this machine runs here.
-    let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None)?;
+    // A server runs no commands yet (no backend registered): its runner answers with
+    // its audit trail, and records each exec asked of it as refused.
+    let runtimes = exec_wire::audited_runtimes(Runtimes::new(), &ws);
+    let runner = exec_wire::runner_maker(runtimes, ws.clone());
+    let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None, Some(runner.clone()))?;
     owner.offer(offer)?;
     owner.serving()?;
     let serve_options = ServeOptions {
         connections_max: args.connections_max,
         files: Some(FileStreams::default()),
+        runner: Some(runner),
         ..ServeOptions::default()
     };
     let authority = Authority::new(ws.clone(), token);

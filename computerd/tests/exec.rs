@@ -259,3 +259,125 @@ fn a_server_killed_mid_command_leaves_the_sync_pending_then_complete() {
     assert!(computerd(["umount", mnt]).status.success());
     let _ = std::fs::remove_dir_all(std::path::Path::new(&cache).parent().unwrap());
 }
+
+/// The records of `computerd audit --json` on `db`, oldest first.
+fn audit_json(db: &Path) -> Vec<serde_json::Value> {
+    let out = computerd(["audit", db.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect()
+}
+
+/// Every exec asked of a mount leaves a record in the workspace, the refused ones too:
+/// who asked (as the kernel names the caller), what, where, and how it ended.
+#[test]
+fn every_exec_and_every_refusal_is_in_the_audit_trail() {
+    let m = Mount::new();
+    let ran = exec(&m.db, &["--env", "A=1"], "echo hi; exit 4");
+    assert_eq!(ran.status.code(), Some(4), "{}", text(&ran.stderr));
+    let refused = exec(&m.db, &["--cwd", "../.."], "cat /etc/shadow");
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("climbs out"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    let records = audit_json(&m.db);
+    assert_eq!(records.len(), 2, "{records:?}");
+    let (first, second) = (&records[0], &records[1]);
+    assert_eq!(first["kind"], "exec");
+    assert_eq!(first["status"], "failed");
+    assert_eq!(first["exit_code"], 4);
+    assert_eq!(first["backend"], "linux");
+    assert_eq!(first["script"], "echo hi; exit 4");
+    assert_eq!(first["sync"], "complete");
+    let caller = first["caller"].as_str().unwrap();
+    let uid = nix::unistd::getuid().as_raw();
+    assert!(caller.starts_with(&format!("uid {uid} pid ")), "{caller}");
+    assert_eq!(second["kind"], "refused");
+    assert_eq!(second["status"], "refused");
+    assert_eq!(second["script"], "cat /etc/shadow");
+    assert!(second["seq"].as_u64() > first["seq"].as_u64());
+
+    // The text listing says the same, a line per record.
+    let listed = computerd(["audit", m.db.to_str().unwrap()]);
+    let listed = text(&listed.stdout);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(lines[0].contains("failed 4  linux"), "{listed}");
+    assert!(lines[1].contains("refused"), "{listed}");
+}
+
+/// A signal to `computerd exec` ends the command in the owner, its whole process tree,
+/// and the trail says it was cancelled.
+#[test]
+fn a_signal_to_exec_kills_the_command_in_the_owner() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let m = Mount::new();
+    let mut child = Command::new(BIN)
+        .args(["exec", m.db.to_str().unwrap(), "--"])
+        .arg("echo started; sleep 977 & sleep 978; echo not reached")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "started\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest, "");
+    let ps = Command::new("pgrep").args(["-f", "sleep 97[78]"]).output();
+    assert_eq!(text(&ps.unwrap().stdout), "", "the tree outlived the kill");
+
+    let records = audit_json(&m.db);
+    assert_eq!(
+        records.last().unwrap()["status"],
+        "cancelled",
+        "{records:?}"
+    );
+}
+
+/// A server answers `computerd audit --remote` through its runner: with the token, its
+/// trail (empty: nothing was asked of it); without, a refusal.
+#[test]
+fn a_served_workspace_lists_its_trail_remotely() {
+    let server = common::Server::start();
+    let token = server.token_file.to_str().unwrap();
+    let out = computerd([
+        "audit",
+        "--remote",
+        &server.address,
+        "--token-file",
+        token,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "");
+
+    let wrong = std::env::temp_dir().join(format!("wrong-token-{}", std::process::id()));
+    std::fs::write(&wrong, "not the token\n").unwrap();
+    let out = computerd([
+        "audit",
+        "--remote",
+        &server.address,
+        "--token-file",
+        wrong.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&wrong);
+    assert!(!out.status.success());
+    assert!(!text(&out.stderr).is_empty());
+}

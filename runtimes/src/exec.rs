@@ -22,6 +22,8 @@ pub struct ExecOptions {
     /// An id of the caller's choosing, to attach to the exec later; refused while an
     /// exec with that id runs.
     pub id: Option<String>,
+    /// Who asks, for the audit record (`None`: "in-process").
+    pub caller: Option<String>,
 }
 
 /// One of a command's output streams.

@@ -12,6 +12,7 @@
 //! This crate knows processes, not FUSE or RPC: `computerd` provides the views (its
 //! mounts) and the wire and command-line surfaces.
 
+pub mod audit;
 pub mod backend;
 pub mod cgroup;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod policy;
 pub mod seccomp;
 mod spine;
 
+pub use audit::{AuditEntry, AuditSink, WorkspaceAudit};
 pub use backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
 pub use error::{Error, Result};
 pub use exec::{Event, ExecOptions, ExecResult, ExecStatus, Stream, SyncOutcome, EXIT_NOT_STARTED};

@@ -14,6 +14,7 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::audit::{Asked, AuditEntry, AuditSink, KIND_EXEC, KIND_REFUSED};
 use crate::backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
 use crate::error::{Error, Result};
 use crate::exec::{Event, ExecOptions, ExecResult, ExecStatus, Stream, SyncOutcome};
@@ -43,6 +44,34 @@ pub struct Runtimes {
     backends: Vec<Registered>,
     execs: Mutex<HashMap<String, Arc<ExecState>>>,
     next_id: AtomicU64,
+    audit: Option<Arc<dyn AuditSink>>,
+}
+
+/// What was asked of an exec, kept for its audit record.
+#[derive(Clone)]
+struct AskedOwned {
+    caller: String,
+    script: String,
+    cwd: String,
+}
+
+impl AskedOwned {
+    fn view<'a>(&'a self, id: &'a str) -> Asked<'a> {
+        Asked {
+            id,
+            caller: &self.caller,
+            script: &self.script,
+            cwd: &self.cwd,
+        }
+    }
+}
+
+/// What `start` had settled when it failed, for the refusal's record.
+#[derive(Default)]
+struct Known {
+    id: String,
+    backend: String,
+    reason: String,
 }
 
 struct ExecState {
@@ -96,11 +125,49 @@ impl Runtimes {
 
     /// Starts `script` and returns its handle once it runs. Errors before the command
     /// started (an unknown backend, a failed connect or pre-exec sync, a refusal by
-    /// policy) are returned here, and the command did not run.
+    /// policy) are returned here, and the command did not run. Either way the audit
+    /// sink, if any, gets a record: a refusal now, the exec when it ends.
     pub fn exec(&self, script: &str, options: ExecOptions) -> Result<ExecHandle> {
+        let asked = AskedOwned {
+            caller: options
+                .caller
+                .clone()
+                .unwrap_or_else(|| "in-process".into()),
+            script: script.to_owned(),
+            cwd: options.cwd.clone().unwrap_or_else(|| "/".into()),
+        };
+        // Refused before an id was claimed: the caller's, or none.
+        let mut known = Known {
+            id: options.id.clone().unwrap_or_else(|| "-".into()),
+            ..Known::default()
+        };
+        let started = self.start(script, options, &asked, &mut known);
+        if let (Err(err), Some(audit)) = (&started, &self.audit) {
+            let entry =
+                AuditEntry::refused(&asked.view(&known.id), &known.backend, &known.reason, err);
+            audit.keep(KIND_REFUSED, &entry);
+        }
+        started
+    }
+
+    /// Sends a record of each exec (and each refusal) to `sink` from now on.
+    pub fn set_audit(&mut self, sink: Arc<dyn AuditSink>) {
+        self.audit = Some(sink);
+    }
+
+    fn start(
+        &self,
+        script: &str,
+        options: ExecOptions,
+        asked: &AskedOwned,
+        known: &mut Known,
+    ) -> Result<ExecHandle> {
         let (registered, reason) = self.choose(options.backend.as_deref())?;
+        known.backend = registered.backend.id().to_owned();
+        known.reason = reason.clone();
         let cwd = normalize_cwd(options.cwd.as_deref().unwrap_or("/"))?;
         let state = self.claim(options.id, registered.backend.id(), reason)?;
+        known.id = state.id.clone();
         let started = Instant::now();
         let span = tracing::info_span!("exec", id = %state.id, backend = %state.backend);
         let spawned = span.in_scope(|| {
@@ -132,6 +199,7 @@ impl Runtimes {
             connection,
             timeout,
             started,
+            audit: self.audit.clone().map(|sink| (sink, asked.clone())),
         };
         let process = spawned.process.clone();
         // Published before the handle exists, so that a kill right after exec returns
@@ -290,6 +358,7 @@ struct Driver {
     connection: Arc<dyn Connection>,
     timeout: Option<Duration>,
     started: Instant,
+    audit: Option<(Arc<dyn AuditSink>, AskedOwned)>,
 }
 
 /// What the driver saw of the command's end.
@@ -451,6 +520,12 @@ impl Driver {
             error,
         };
         tracing::info!(exec = %self.state.id, backend = %result.backend, ?status, exit_code, "exec ended");
+        if let Some((sink, asked)) = &self.audit {
+            sink.keep(
+                KIND_EXEC,
+                &AuditEntry::ran(&asked.view(&self.state.id), &result),
+            );
+        }
         lock(&self.state.control).finished_at = Some(Instant::now());
         self.state.log.finish(result);
     }
@@ -785,6 +860,56 @@ mod tests {
         }
         let handle = runtimes.exec("echo again", ExecOptions::default()).unwrap();
         assert_eq!(handle.result().status, ExecStatus::Completed);
+    }
+
+    /// Keeps records in memory.
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<(String, AuditEntry)>>);
+
+    impl AuditSink for Kept {
+        fn keep(&self, kind: &str, entry: &AuditEntry) {
+            lock(&self.0).push((kind.to_owned(), entry.clone()));
+        }
+    }
+
+    #[test]
+    fn every_exec_and_every_refusal_leaves_a_record() {
+        let (mut runtimes, _) = with(HostShell::default());
+        let kept = Arc::new(Kept::default());
+        runtimes.set_audit(kept.clone());
+        let options = ExecOptions {
+            caller: Some("a test".into()),
+            id: Some("one".into()),
+            ..ExecOptions::default()
+        };
+        runtimes.exec("exit 3", options).unwrap().result();
+        let climbing = ExecOptions {
+            cwd: Some("../..".into()),
+            ..ExecOptions::default()
+        };
+        assert!(runtimes.exec("ls", climbing).is_err());
+        let records = lock(&kept.0).clone();
+        assert_eq!(records.len(), 2);
+        let (kind, ran) = &records[0];
+        assert_eq!(kind, KIND_EXEC);
+        assert_eq!(
+            (ran.id.as_str(), ran.caller.as_str(), ran.script.as_str()),
+            ("one", "a test", "exit 3")
+        );
+        assert_eq!((ran.status.as_str(), ran.exit_code), ("failed", Some(3)));
+        assert_eq!(
+            (ran.backend.as_str(), ran.sync.as_str()),
+            ("host", "complete")
+        );
+        let (kind, refused) = &records[1];
+        assert_eq!(kind, KIND_REFUSED);
+        assert_eq!(
+            (refused.status.as_str(), refused.cwd.as_str()),
+            ("refused", "../..")
+        );
+        assert!(refused.error.as_ref().unwrap().contains("climbs out"));
+        assert_eq!(refused.caller, "in-process");
+        assert_eq!(refused.id, "-", "refused before an id was claimed");
     }
 
     #[test]

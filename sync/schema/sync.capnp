@@ -161,6 +161,101 @@ interface Session {
   check @23 () -> (report :CheckReport);
   # Gives the pages deleted content freed back to the file system.
   compact @24 () -> (report :CompactReport);
+
+  # Commands on the workspace (protocol version 3, optional): the server's runner, if
+  # it runs any (`computerd` mounts do); others answer unimplemented.
+  runner @25 () -> (runner :Runner);
+}
+
+# The exec entry point of a server (runtimes/ and docs/RUNTIMES.md): its backends, its
+# execs and its audit trail. The server runs each command; the caller follows it.
+interface Runner {
+  backends @0 () -> (backends :List(BackendInfo));
+  # Starts a command, or fails (a refusal, a pre-exec sync that could not finish) having
+  # run nothing.
+  exec @1 (request :ExecRequest) -> (exec :Exec, id :Text, backend :Text);
+  # A running or recently finished exec, by id.
+  attach @2 (id :Text) -> (exec :Exec, backend :Text);
+  # The newest `limit` (at most 1000) audit records after `afterSeq`, oldest first.
+  audit @3 (afterSeq :UInt64, limit :UInt32) -> (records :List(AuditItem));
+}
+
+struct BackendInfo {
+  id @0 :Text;
+  summary @1 :Text;
+  runs @2 :Text;
+  touches @3 :Text;
+}
+
+struct ExecRequest {
+  # The script, run by `sh -c` in the Linux backend.
+  script @0 :Text;
+  # Empty: the default backend.
+  backend @1 :Text;
+  # Empty: the workspace's root.
+  cwd @2 :Text;
+  # At most 64 MiB.
+  stdin @3 :Data;
+  env @4 :List(EnvVar);
+  # 0: none.
+  timeoutMs @5 :UInt64;
+  # Empty: the server picks one.
+  id @6 :Text;
+}
+
+struct EnvVar {
+  name @0 :Text;
+  value @1 :Text;
+}
+
+interface Exec {
+  # The events from sequence number `from` on: waits up to `waitMs` (at most 30000) for
+  # the first, then returns those already there, at most 1 MiB of output. Ends with the
+  # exit event; an empty list means the wait ran out.
+  events @0 (from :UInt64, waitMs :UInt32) -> (events :List(ExecEvent));
+  # A signal to the command's whole process tree (SIGKILL follows 3 s later).
+  kill @1 (signal :Int32) -> ();
+}
+
+struct ExecEvent {
+  union {
+    output :group {
+      seq @0 :UInt64;
+      stderr @1 :Bool;
+      data @2 :Data;
+    }
+    # Events first..next were dropped from the exec's bounded log.
+    missed :group {
+      first @3 :UInt64;
+      next @4 :UInt64;
+    }
+    exit :group {
+      seq @5 :UInt64;
+      result @6 :ExecOutcome;
+    }
+  }
+}
+
+struct ExecOutcome {
+  # completed, failed, cancelled, timed out
+  status @0 :Text;
+  exitCode @1 :Int32;
+  durationMs @2 :UInt64;
+  backend @3 :Text;
+  reason @4 :Text;
+  # complete, pending or lost; `syncDetail` the intent or the reason.
+  sync @5 :Text;
+  syncDetail @6 :Text;
+  # Empty: nothing went wrong around the command.
+  error @7 :Text;
+}
+
+struct AuditItem {
+  seq @0 :UInt64;
+  atMs @1 :Int64;
+  kind @2 :Text;
+  subject @3 :Text;
+  body @4 :Text;
 }
 
 struct Stats {

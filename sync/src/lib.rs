@@ -40,6 +40,14 @@ pub mod wire;
 #[path = "generated/sync_capnp.rs"]
 pub(crate) mod sync_capnp;
 
+/// The exec part of the schema (`Session.runner`): a server's runner is implemented
+/// above this crate (computerd, over the runtimes crate); sync only hands it out.
+pub mod exec_capnp {
+    pub use crate::sync_capnp::{
+        audit_item, backend_info, env_var, exec, exec_event, exec_outcome, exec_request, runner,
+    };
+}
+
 pub use authority::{Authority, PeerSession};
 pub use error::{Error, Result};
 pub use follow::{

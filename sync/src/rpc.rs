@@ -73,7 +73,7 @@ use crate::{ClientInfo, Error};
 pub use client::{
     connect, connect_with, ConnectOptions, RemoteFileReader, RemoteFileWriter, RemoteUpstream,
 };
-pub use server::{serve, ServeOptions, ServerSocket};
+pub use server::{serve, RunnerMaker, ServeOptions, ServerSocket};
 
 /// Where a server listens and a client connects: `tcp:HOST:PORT` is TCP, anything else
 /// is the path of a Unix socket.
@@ -194,6 +194,12 @@ const TAG_FILE: &str = "file";
 const REMOTE_EXCEPTION_PREFIX: &str = "remote exception: ";
 
 /// The exception the server answers a failed call with.
+/// How a capability implemented above this crate (the runner) fails a call so that the
+/// client reads it as the error it was: the sync [`Error`] a client's call returns.
+pub fn error_answer(error: &Error) -> capnp::Error {
+    exception(error)
+}
+
 fn exception(error: &Error) -> capnp::Error {
     let reason = match error {
         Error::Refused(why) => format!("{TAG_REFUSED}: {why}"),

@@ -16,6 +16,7 @@
 //! docs/STORAGE.md the tables and the block format.
 
 mod access;
+mod audit;
 mod base;
 mod block;
 mod block_store;
@@ -51,6 +52,7 @@ pub use access::{
     permits, Access, CallerInfo, Capability, Credentials, KnownCaller, Who, S_ISGID, S_ISUID,
     S_ISVTX,
 };
+pub use audit::{AuditRecord, AUDIT_BODY_BYTES_MAX, AUDIT_RECORDS_MAX};
 pub use block::{BlockHash, Codec, HASH_LEN};
 pub use changes::{
     cursor_at_or_after, file_blocks, order_key, BlockRef, ChangeEntry, ChangePage, Cursor,

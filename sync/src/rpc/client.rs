@@ -266,6 +266,20 @@ pub struct RemoteUpstream {
 }
 
 impl RemoteUpstream {
+    /// The server's runner (`exec_capnp`), to run commands on its workspace. A server
+    /// that runs none fails it with its reason.
+    pub async fn runner(&self) -> Result<crate::exec_capnp::runner::Client> {
+        let request = self.session.runner_request();
+        let answer = self.link.answer(request.send().promise).await?;
+        Ok(answer.get()?.get_runner()?)
+    }
+
+    /// Waits for the answer to a call on a capability this session handed out (the
+    /// runner's), bounded by the connection's call timeout; a lost connection fails it.
+    pub async fn answer<T>(&self, call: impl Future<Output = capnp::Result<T>>) -> Result<T> {
+        self.link.answer(call).await
+    }
+
     /// The server's address.
     pub fn peer(&self) -> &str {
         &self.link.peer

@@ -22,7 +22,7 @@ use tokio::task::{spawn_local, JoinHandle, LocalSet};
 
 use super::{exception, tcp_stream, unix_stream, Address, Reader, Writer};
 use crate::files::{self, FileStreams, ReadStream, WriteStream};
-use crate::sync_capnp::{file_reader, file_writer, gate, listener, session};
+use crate::sync_capnp::{file_reader, file_writer, gate, listener, runner, session};
 use crate::{wire, Authority, Error, PeerSession, Result, WorkspaceStats};
 use computer_vfs::{GrepOptions, MkdirOptions, RmOptions};
 
@@ -46,7 +46,16 @@ pub struct ServeOptions {
     pub watch_interval: Duration,
     /// A listener that does not answer `changed` within this is dropped.
     pub listener_timeout: Duration,
+    /// Makes the runner a session hands out (`Session.runner`), given who called (the
+    /// connection's other end as the kernel tells it); without it the call fails "this
+    /// server runs no commands".
+    pub runner: Option<RunnerMaker>,
 }
+
+/// Makes a session's runner (`exec_capnp::runner`), on the server's thread, for the
+/// caller its hello named. The runner is the caller's: sync only hands it out after the
+/// gate let the caller in.
+pub type RunnerMaker = Arc<dyn Fn(&str) -> runner::Client + Send + Sync>;
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
@@ -59,6 +68,7 @@ impl Default for ServeOptions {
             hello_timeout: Duration::from_secs(10),
             watch_interval: Duration::from_millis(50),
             listener_timeout: Duration::from_secs(60),
+            runner: None,
         }
     }
 }
@@ -96,10 +106,27 @@ impl ServerSocket {
         }
     }
 
-    async fn accept(&self) -> io::Result<(Reader, Writer)> {
+    /// A new connection, and who is at its other end as the kernel tells it (a local
+    /// process's user and pid, a remote address): the caller a runner is made for.
+    async fn accept(&self) -> io::Result<(Reader, Writer, String)> {
         match self {
-            ServerSocket::Unix(listener) => Ok(unix_stream(listener.accept().await?.0)),
-            ServerSocket::Tcp(listener) => tcp_stream(listener.accept().await?.0),
+            ServerSocket::Unix(listener) => {
+                let stream = listener.accept().await?.0;
+                let caller = match stream.peer_cred() {
+                    Ok(cred) => match cred.pid() {
+                        Some(pid) => format!("uid {} pid {pid}", cred.uid()),
+                        None => format!("uid {}", cred.uid()),
+                    },
+                    Err(_) => "a local process".to_owned(),
+                };
+                let (reader, writer) = unix_stream(stream);
+                Ok((reader, writer, caller))
+            }
+            ServerSocket::Tcp(listener) => {
+                let (stream, address) = listener.accept().await?;
+                let (reader, writer) = tcp_stream(stream)?;
+                Ok((reader, writer, address.to_string()))
+            }
         }
     }
 }
@@ -164,7 +191,7 @@ async fn serve_here(
             () = &mut shutdown => return,
             accepted = socket.accept() => accepted,
         };
-        let (reader, writer) = match accepted {
+        let (reader, writer, caller) = match accepted {
             Ok(stream) => stream,
             Err(error) => {
                 tracing::warn!("failed to accept a connection: {error}");
@@ -179,7 +206,7 @@ async fn serve_here(
         }
         next_connection += 1;
         let guard = ConnectionGuard::new(server.clone(), next_connection);
-        spawn_local(run_connection(guard, reader, writer));
+        spawn_local(run_connection(guard, reader, writer, caller));
     }
 }
 
@@ -194,6 +221,8 @@ struct Server {
 /// One connection's state, shared by its gate and its sessions.
 struct Connection {
     id: u64,
+    /// Who is at the other end, as the kernel tells it.
+    caller: String,
     calls: Cell<usize>,
     /// File streams open.
     streams: Cell<usize>,
@@ -235,10 +264,11 @@ impl Drop for ConnectionGuard {
     }
 }
 
-async fn run_connection(guard: ConnectionGuard, reader: Reader, writer: Writer) {
+async fn run_connection(guard: ConnectionGuard, reader: Reader, writer: Writer, caller: String) {
     let server = guard.server.clone();
     let connection = Rc::new(Connection {
         id: guard.id,
+        caller,
         calls: Cell::new(0),
         streams: Cell::new(0),
         hello: Cell::new(Hello::Waiting),
@@ -394,6 +424,10 @@ impl gate::Server for GateServer {
             server: self.server.clone(),
             connection: connection.clone(),
             session,
+            caller: match peer.is_empty() {
+                true => connection.caller.clone(),
+                false => format!("{} (peer {peer})", connection.caller),
+            },
         });
         let mut out = results.get();
         encode(|| wire::write_server_info(&info, out.reborrow().init_server()))?;
@@ -433,6 +467,8 @@ struct SessionServer {
     server: Rc<Server>,
     connection: Rc<Connection>,
     session: PeerSession,
+    /// Who called: the connection's other end, and the peer its hello named.
+    caller: String,
 }
 
 impl SessionServer {
@@ -832,6 +868,20 @@ impl session::Server for SessionServer {
             .on_store(false, |fs| fs.workspace().compact(&mut |_| {}))
             .await?;
         encode(|| wire::write_compact_report(&report, results.get().init_report()))
+    }
+
+    async fn runner(
+        self: Rc<Self>,
+        _params: session::RunnerParams,
+        mut results: session::RunnerResults,
+    ) -> capnp::Result<()> {
+        let Some(make) = &self.server.options.runner else {
+            return Err(capnp::Error::unimplemented(
+                "this server runs no commands".into(),
+            ));
+        };
+        results.get().set_runner(make(&self.caller));
+        Ok(())
     }
 }
 

@@ -131,6 +131,18 @@ CREATE TABLE staged (
 );
 "#;
 
+/// The audit trail (`audit.rs`): added after version 3 without a version of its own,
+/// created when a writer opens the database; older builds ignore it.
+const AUDIT_TABLE: &str = r#"
+CREATE TABLE IF NOT EXISTS audit (
+    seq     INTEGER PRIMARY KEY,
+    at_ms   INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    body    TEXT NOT NULL
+);
+"#;
+
 /// The tables replication added (schema version 2): peers and their cursors, the
 /// revisions that hold their batches, how far their changes were applied as of each of
 /// our revisions, blocks held ahead of their entries. A version 1 database gains
@@ -1672,28 +1684,7 @@ fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
         )
         .optional()
         .ctx("reading the schema version")?;
-    // Each upgrade takes a version to the next, in one transaction.
-    let upgrades: [(i64, &str, &str); 2] = [
-        (1, REPLICATION_TABLES, "upgrading the schema to version 2"),
-        (2, LOG_INDEXES, "upgrading the schema to version 3"),
-    ];
-    let mut version = version;
-    for (from, sql, what) in upgrades {
-        if version == Some(from) && !options.read_only {
-            conn.execute_batch(&format!(
-                "BEGIN IMMEDIATE; {sql}
-                 UPDATE meta SET value = {} WHERE key = 'schema_version'; COMMIT;",
-                from + 1
-            ))
-            .ctx(what)?;
-            version = Some(from + 1);
-        }
-    }
-    if version != Some(SCHEMA_VERSION) {
-        return Err(Error::corrupt(format!(
-            "schema version {version:?}, this build reads version {SCHEMA_VERSION}"
-        )));
-    }
+    upgrade_schema(conn, version, options)?;
     let get = |key: &str| -> Result<i64> {
         conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |row| {
             row.get(0)
@@ -1723,6 +1714,39 @@ fn init_or_check(conn: &Connection, options: &DbOptions) -> Result<DbInfo> {
     })
 }
 
+/// Takes a database at `version` to [`SCHEMA_VERSION`], one upgrade per transaction,
+/// and adds the additive tables; a read-only open only checks the version.
+fn upgrade_schema(conn: &Connection, version: Option<i64>, options: &DbOptions) -> Result<()> {
+    // Each upgrade takes a version to the next, in one transaction.
+    let upgrades: [(i64, &str, &str); 2] = [
+        (1, REPLICATION_TABLES, "upgrading the schema to version 2"),
+        (2, LOG_INDEXES, "upgrading the schema to version 3"),
+    ];
+    let mut version = version;
+    for (from, sql, what) in upgrades {
+        if version == Some(from) && !options.read_only {
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; {sql}
+                 UPDATE meta SET value = {} WHERE key = 'schema_version'; COMMIT;",
+                from + 1
+            ))
+            .ctx(what)?;
+            version = Some(from + 1);
+        }
+    }
+    if version != Some(SCHEMA_VERSION) {
+        return Err(Error::corrupt(format!(
+            "schema version {version:?}, this build reads version {SCHEMA_VERSION}"
+        )));
+    }
+    // Additive, not a schema version of its own (`audit.rs` keeps it).
+    if !options.read_only {
+        conn.execute_batch(AUDIT_TABLE)
+            .ctx("adding the audit trail")?;
+    }
+    Ok(())
+}
+
 fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
     let now = crate::clock::system_now();
     conn.execute_batch("BEGIN IMMEDIATE")
@@ -1732,6 +1756,7 @@ fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
         conn.execute_batch(REPLICATION_TABLES)
             .ctx("creating the schema")?;
         conn.execute_batch(LOG_INDEXES).ctx("creating the schema")?;
+        conn.execute_batch(AUDIT_TABLE).ctx("creating the schema")?;
         let sizes = options.chunk_sizes;
         let meta: [(&str, rusqlite::types::Value); 5] = [
             ("schema_version", SCHEMA_VERSION.into()),
