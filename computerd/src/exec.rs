@@ -46,6 +46,8 @@ const STDIN_BYTES_MAX: u64 = 64 << 20;
 const UNMOUNT_WAIT: Duration = owner::OWNER_WAIT;
 /// The longest an events call waits on the owner before asking again.
 const EVENTS_WAIT: Duration = Duration::from_secs(10);
+/// How long the end of a command waits for its sandbox to go.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// The longest wait for a replica's sync with its server, before and after a command.
 const SYNC_WAIT: Duration = Duration::from_secs(60);
 
@@ -213,6 +215,8 @@ fn run_in(
     for event in handle.by_ref() {
         output.show(&event);
     }
+    // The sandbox's view of the replica mount must go before the mount can.
+    runtimes.close(CLOSE_WAIT);
     Ok(handle.result())
 }
 

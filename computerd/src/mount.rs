@@ -339,16 +339,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         let _ = pipe.write_all(b"ready\n");
     }
 
-    let served = loop {
-        if let Some(signal) = wait_signal(&signals, Duration::from_millis(250)) {
-            tracing::info!("received signal {signal}, unmounting");
-            break background.umount_and_join().context("unmounting");
-        }
-        if background.guard.is_finished() {
-            tracing::info!("unmounted from outside");
-            break join_unmounted(background);
-        }
-    };
+    let served = serve_until_unmounted(&signals, background, &runtimes, &mountpoint);
     // A newcomer now waits for this process instead of being refused.
     if let Some(owner) = &mut owner {
         owner.finishing();
@@ -408,6 +399,41 @@ fn session_config(args: &MountArgs, db: &Path) -> Config {
 /// unmount whatever is mounted at that path by now, such as the next `computerd mount`
 /// of the same point. The session is forgotten instead of dropped: this process is about
 /// to exit, and its device descriptor goes with it.
+/// Serves until a signal asks for the unmount (then unmounts) or the mount point goes
+/// from outside. A warm sandbox holds a view of the mount in its own namespace, so the
+/// session would not end when the mount point goes: the mount table tells, and the
+/// sandbox goes first.
+fn serve_until_unmounted(
+    signals: &nix::sys::signal::SigSet,
+    background: fuser::BackgroundSession,
+    runtimes: &RuntimesSlot,
+    mountpoint: &Path,
+) -> anyhow::Result<()> {
+    let mounted_at = resolved(mountpoint);
+    loop {
+        if let Some(signal) = wait_signal(signals, Duration::from_millis(250)) {
+            tracing::info!("received signal {signal}, unmounting");
+            close_runtimes(runtimes);
+            return background.umount_and_join().context("unmounting");
+        }
+        if background.guard.is_finished() || !crate::mounts::is_mount_point(&mounted_at) {
+            tracing::info!("unmounted from outside");
+            close_runtimes(runtimes);
+            return join_unmounted(background);
+        }
+    }
+}
+
+/// Ends the commands this mount runs and their sandboxes, before the unmount.
+fn close_runtimes(runtimes: &RuntimesSlot) {
+    if let Some(runtimes) = runtimes.get() {
+        runtimes.close(RUNTIMES_CLOSE_WAIT);
+    }
+}
+
+/// How long an unmount waits for the commands it killed to end.
+const RUNTIMES_CLOSE_WAIT: Duration = Duration::from_secs(10);
+
 fn join_unmounted(mut background: fuser::BackgroundSession) -> anyhow::Result<()> {
     let placeholder = std::thread::spawn(|| Ok(()));
     let session = std::mem::replace(&mut background.guard, placeholder);

@@ -5,6 +5,10 @@
 //! The sandbox's first process joins the group before it runs bubblewrap (it writes 0,
 //! "myself", to each `cgroup.procs` between fork and exec), so nothing of the command
 //! starts outside it. The group is removed once the command's processes are gone.
+//!
+//! A command that joins a warm sandbox has a group whatever its limits: the group is
+//! how its processes are told from the other commands' in the same pid namespace (a
+//! process cannot leave it: the sandbox has no cgroup file system).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -39,10 +43,13 @@ pub(crate) struct ExecCgroup {
 }
 
 impl ExecCgroup {
-    /// Makes the group for the command `name` with `limits`.
+    /// Makes the group for the command `name` with `limits` (none: a group that only
+    /// holds the command's processes).
     pub fn create(name: &str, limits: Limits) -> Result<ExecCgroup> {
-        assert!(limits.any(), "a cgroup only for limits");
-        let leaf = format!("computer-exec-{}-{name}", std::process::id());
+        // Unique in this process: exec ids are unique per `Runtimes` only.
+        static GROUPS_MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let made = GROUPS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let leaf = format!("computer-exec-{}-{made}-{name}", std::process::id());
         let mut group = ExecCgroup {
             dirs: Vec::new(),
             procs: Vec::new(),
@@ -56,17 +63,26 @@ impl ExecCgroup {
     }
 
     fn add_v1(&mut self, leaf: &str, limits: Limits) -> Result<()> {
+        // The pids hierarchy always, first: its group is the one whose members are read.
         let settings = [
-            ("pids", "pids.max", limits.processes),
-            ("memory", "memory.limit_in_bytes", limits.memory_bytes),
+            ("pids", "pids.max", limits.processes, true),
+            (
+                "memory",
+                "memory.limit_in_bytes",
+                limits.memory_bytes,
+                false,
+            ),
         ];
-        for (hierarchy, knob, value) in settings {
-            let Some(value) = value else { continue };
+        for (hierarchy, knob, value, always) in settings {
+            if value.is_none() && !always {
+                continue;
+            }
             let root = Path::new(V1_ROOT).join(hierarchy);
             if !root.join("cgroup.procs").exists() {
                 return Err(unavailable(&format!("no cgroup v1 {hierarchy} hierarchy")));
             }
             let dir = self.make(root.join(leaf))?;
+            let Some(value) = value else { continue };
             write(&dir.join(knob), &value.to_string())?;
             if hierarchy == "memory" {
                 // Without swap accounting this file is absent: the limit holds for RAM.
@@ -130,6 +146,46 @@ impl ExecCgroup {
         Ok(())
     }
 }
+
+impl ExecCgroup {
+    /// The processes in the group now.
+    pub fn members(&self) -> Vec<nix::unistd::Pid> {
+        let procs = self.dirs[0].join("cgroup.procs");
+        let text = std::fs::read_to_string(procs).unwrap_or_default();
+        (text.lines())
+            .filter_map(|line| line.trim().parse().ok())
+            .map(nix::unistd::Pid::from_raw)
+            .collect()
+    }
+
+    /// Sends `signal` to every process of the group.
+    pub fn signal_all(&self, signal: nix::sys::signal::Signal) {
+        for pid in self.members() {
+            // A process may end meanwhile (ESRCH): that is what was wanted.
+            let _ = nix::sys::signal::kill(pid, signal);
+        }
+    }
+
+    /// Kills every process of the group, again while some fork faster than they die,
+    /// at most [`KILL_ROUNDS_MAX`] times (a group under a process limit cannot outgrow
+    /// that; each round kills all it finds).
+    pub fn kill_all(&self) {
+        for _ in 0..KILL_ROUNDS_MAX {
+            let members = self.members();
+            if members.is_empty() {
+                return;
+            }
+            for pid in members {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        tracing::warn!(group = %self.dirs[0].display(), "processes still in a killed group");
+    }
+}
+
+/// Rounds of SIGKILL over a group before giving up on it.
+const KILL_ROUNDS_MAX: usize = 100;
 
 impl Drop for ExecCgroup {
     fn drop(&mut self) {

@@ -22,6 +22,7 @@ mod log;
 pub mod policy;
 pub mod seccomp;
 mod spine;
+mod warm;
 
 pub use audit::{AuditEntry, AuditSink, WorkspaceAudit};
 pub use backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};

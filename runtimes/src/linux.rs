@@ -1,12 +1,14 @@
-//! The Linux backend: each command in a sandbox of fresh namespaces made by bubblewrap,
-//! which sees the host's programs read-only and the workspace at `/workspace`.
+//! The Linux backend: commands in a sandbox of fresh namespaces made by bubblewrap,
+//! which sees the host's programs read-only and the workspace at `/workspace`. One
+//! sandbox per connection stays warm and every command joins it (`warm.rs`), reaped
+//! after an idle time and replaced when it died; where the host offers no cgroup to
+//! tell one command's processes from another's (or the policy says `warm = false`),
+//! each command gets a sandbox of its own.
 //!
 //! Why bubblewrap rather than namespaces set up here with `nix`: it is Debian's
 //! well-kept, audited tool for exactly this (Flatpak's sandbox), it sets up the mount
 //! tree, pid 1, no_new_privs, dropped capabilities and a user namespace in one exec, and
-//! what it does is one argument list a test can read. A sandbox per command costs a few
-//! milliseconds (docs/benchmarks.md); what stays warm between commands is the
-//! workspace's view, which is the expensive part.
+//! what it does is one argument list a test can read.
 //!
 //! Inside: uid 0 of a user namespace without capabilities, no_new_privs, nested user
 //! namespaces disabled (so no capabilities can be regained: mount fails), its own pid,
@@ -33,6 +35,7 @@ use crate::backend::{Backend, Connection, Description, Process, SpawnRequest, Sp
 use crate::cgroup::{ExecCgroup, Limits};
 use crate::error::{Error, Result};
 use crate::exec::SyncOutcome;
+use crate::warm::WarmSandbox;
 
 /// The backend's id in the registry.
 pub const LINUX_BACKEND_ID: &str = "linux";
@@ -135,7 +138,16 @@ pub struct LinuxPolicy {
     /// command is refused where the host offers none).
     pub processes_max: Option<u64>,
     pub memory_bytes_max: Option<u64>,
+    /// Whether commands join one warm sandbox (else each gets its own).
+    pub warm: bool,
+    /// How long a warm sandbox may go without a command before it is reaped.
+    pub sandbox_idle: Duration,
 }
+
+/// The default of [`LinuxPolicy::sandbox_idle`].
+pub const SANDBOX_IDLE_DEFAULT: Duration = Duration::from_secs(300);
+/// How often the reaper looks at a connection's warm sandbox, at most.
+const REAP_INTERVAL_MAX: Duration = Duration::from_secs(1);
 
 impl Default for LinuxPolicy {
     fn default() -> LinuxPolicy {
@@ -147,6 +159,8 @@ impl Default for LinuxPolicy {
             timeout: None,
             processes_max: None,
             memory_bytes_max: None,
+            warm: true,
+            sandbox_idle: SANDBOX_IDLE_DEFAULT,
         }
     }
 }
@@ -243,15 +257,60 @@ impl Backend for LinuxBackend {
         let connection = Arc::new(LinuxConnection {
             view: self.view.clone(),
             policy: self.policy.clone(),
+            warm: Arc::new(Mutex::new(None)),
         });
         connection.probe()?;
+        if self.policy.warm {
+            reap_when_idle(Arc::downgrade(&connection.warm), self.policy.sandbox_idle);
+        }
         Ok(connection)
     }
 }
 
+/// A connection's warm sandbox, once a command started it.
+type WarmSlot = Mutex<Option<Arc<WarmSandbox>>>;
+
 struct LinuxConnection {
     view: Arc<dyn WorkspaceView>,
     policy: LinuxPolicy,
+    warm: Arc<WarmSlot>,
+}
+
+/// Ends the warm sandbox of `slot` once it has been idle for `idle`, or died; returns
+/// when the connection is gone.
+fn reap_when_idle(slot: std::sync::Weak<WarmSlot>, idle: Duration) {
+    let interval = (idle / 2).min(REAP_INTERVAL_MAX);
+    let reaper = move || {
+        while let Some(slot) = slot.upgrade() {
+            let reaped = {
+                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                let due = slot.as_ref().is_some_and(|sandbox| {
+                    !sandbox.is_alive()
+                        || sandbox.idle_for().is_some_and(|idle_for| idle_for >= idle)
+                });
+                if due {
+                    slot.take()
+                } else {
+                    None
+                }
+            };
+            // Ended outside the lock: a command may start another meanwhile.
+            if reaped.is_some() {
+                tracing::debug!("reaping the warm sandbox");
+            }
+            drop(reaped);
+            drop(slot);
+            std::thread::sleep(interval);
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("sandbox-reaper".into())
+        .spawn(reaper);
+    if let Err(err) = spawned {
+        tracing::warn!(
+            "no reaper for the warm sandbox ({err}): it lasts as long as its connection"
+        );
+    }
 }
 
 impl LinuxConnection {
@@ -294,6 +353,96 @@ impl Connection for LinuxConnection {
     fn spawn(&self, request: &SpawnRequest) -> Result<Spawned> {
         let env = self.checked_env(&request.env)?;
         self.check_cwd(&request.cwd)?;
+        if self.policy.warm {
+            if let Some(spawned) = self.spawn_warm(request, &env)? {
+                return Ok(spawned);
+            }
+        }
+        self.spawn_alone(request, &env)
+    }
+
+    fn after_exec(&self, _exec_id: &str) -> SyncOutcome {
+        self.view.after_exec()
+    }
+
+    fn is_alive(&self) -> bool {
+        self.view.is_alive()
+    }
+
+    fn timeout_max(&self) -> Option<Duration> {
+        self.policy.timeout
+    }
+}
+
+impl LinuxConnection {
+    /// The command in the warm sandbox; `None` where the host offers no cgroup to keep
+    /// its processes apart (the caller makes it a sandbox of its own).
+    fn spawn_warm(
+        &self,
+        request: &SpawnRequest,
+        env: &[(String, String)],
+    ) -> Result<Option<Spawned>> {
+        let cgroup = match ExecCgroup::create(&request.exec_id, self.policy.limits()) {
+            Ok(cgroup) => cgroup,
+            Err(why) => {
+                tracing::debug!("no warm sandbox without a cgroup: {why}");
+                return Ok(None);
+            }
+        };
+        let workdir = sandbox_workdir(&request.cwd);
+        let base = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        let env: Vec<(String, String)> = base.chain(env.iter().cloned()).collect();
+        let cgroup = Arc::new(cgroup);
+        let sandbox = self.warm_sandbox()?;
+        match sandbox.spawn(&request.script, &workdir, &env, cgroup.clone()) {
+            Ok(spawned) => Ok(Some(spawned)),
+            // It died between the look and the join: the command never started (a
+            // failed join is reported before exec), so it may go to a new sandbox.
+            Err(err) if !sandbox.is_alive() => {
+                tracing::warn!("the warm sandbox died as a command joined it ({err}); again");
+                let sandbox = self.warm_sandbox()?;
+                Ok(Some(sandbox.spawn(
+                    &request.script,
+                    &workdir,
+                    &env,
+                    cgroup,
+                )?))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// The connection's warm sandbox: the running one, or a new one if there is none,
+    /// it died, or a read-only path is no longer the directory it bound (the policy's
+    /// paths are checked before every command, as a sandbox of its own would be).
+    fn warm_sandbox(&self) -> Result<Arc<WarmSandbox>> {
+        let read_only = self.open_read_only()?;
+        let bound = identities(&read_only)?;
+        let mut slot = self.warm.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sandbox) = slot.as_ref() {
+            match (sandbox.is_alive(), sandbox.read_only == bound) {
+                (true, true) => return Ok(sandbox.clone()),
+                (false, _) => tracing::warn!("the warm sandbox died; starting another"),
+                (true, false) => tracing::info!("a read-only path changed; a new warm sandbox"),
+            }
+        }
+        let binds: Vec<(RawFd, String)> = (read_only.iter())
+            .map(|(fd, dest)| (fd.as_raw_fd(), dest.clone()))
+            .collect();
+        let sandbox = Sandbox {
+            read_only: &binds,
+            seccomp: None,
+        };
+        let args = sandbox_args(self.view.root(), &self.policy, "/", &[], &sandbox)?;
+        let inherited = binds.iter().map(|(fd, _)| *fd).collect();
+        let started = WarmSandbox::start(&self.policy.bwrap, args, inherited, bound)?;
+        let started = Arc::new(started);
+        *slot = Some(started.clone());
+        Ok(started)
+    }
+
+    /// The command in a sandbox of its own.
+    fn spawn_alone(&self, request: &SpawnRequest, env: &[(String, String)]) -> Result<Spawned> {
         let read_only = self.open_read_only()?;
         let binds: Vec<(RawFd, String)> = (read_only.iter())
             .map(|(fd, dest)| (fd.as_raw_fd(), dest.clone()))
@@ -305,7 +454,7 @@ impl Connection for LinuxConnection {
             seccomp: seccomp_fd,
         };
         let root = self.view.root();
-        let mut args = sandbox_args(root, &self.policy, &request.cwd, &env, &sandbox)?;
+        let mut args = sandbox_args(root, &self.policy, &request.cwd, env, &sandbox)?;
         args.extend(["/bin/sh", "-c"].map(OsString::from));
         args.push(OsString::from(&request.script));
         let cgroup = self.cgroup_for(&request.exec_id)?;
@@ -351,20 +500,6 @@ impl Connection for LinuxConnection {
         })
     }
 
-    fn after_exec(&self, _exec_id: &str) -> SyncOutcome {
-        self.view.after_exec()
-    }
-
-    fn is_alive(&self) -> bool {
-        self.view.is_alive()
-    }
-
-    fn timeout_max(&self) -> Option<Duration> {
-        self.policy.timeout
-    }
-}
-
-impl LinuxConnection {
     fn check_cwd(&self, cwd: &str) -> Result<()> {
         if !self.view.root().join(cwd.trim_start_matches('/')).is_dir() {
             return Err(Error::Invalid(format!(
@@ -495,14 +630,33 @@ pub fn sandbox_args(
     if let Some(fd) = sandbox.seccomp {
         args.extend(["--seccomp".into(), fd.to_string().into()]);
     }
-    let workdir = format!("{SANDBOX_WORKSPACE}{}", if cwd == "/" { "" } else { cwd });
-    args.extend(["--chdir".into(), workdir.into(), "--clearenv".into()]);
+    args.extend([
+        "--chdir".into(),
+        sandbox_workdir(cwd).into(),
+        "--clearenv".into(),
+    ]);
     let base = BASE_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string()));
     for (name, value) in base.chain(env.iter().cloned()) {
         args.extend(["--setenv".into(), name.into(), value.into()]);
     }
     args.push("--".into());
     Ok(args)
+}
+
+/// The device and inode of each opened read-only path, in order.
+fn identities(opened: &[(OwnedFd, String)]) -> Result<Vec<(u64, u64)>> {
+    let mut ids = Vec::with_capacity(opened.len());
+    for (fd, dest) in opened {
+        let stat = nix::sys::stat::fstat(fd)
+            .map_err(|err| Error::io(format!("read-only path {dest}"))(err.into()))?;
+        ids.push((stat.st_dev, stat.st_ino));
+    }
+    Ok(ids)
+}
+
+/// The working directory `cwd` of the workspace, as the sandbox names it.
+fn sandbox_workdir(cwd: &str) -> String {
+    format!("{SANDBOX_WORKSPACE}{}", if cwd == "/" { "" } else { cwd })
 }
 
 /// A sandbox's process tree: bubblewrap outside, pid 1 of the namespace (bubblewrap's
@@ -666,6 +820,11 @@ mod tests {
         ));
         assert!(has(&a, &["--ro-bind-fd", "7", "/workspace/ref"]));
         assert!(has(&a, &["--chdir", "/workspace", "--clearenv"]));
+    }
+
+    #[test]
+    fn the_warm_sandbox_names_this_backend_in_its_errors() {
+        assert_eq!(crate::warm::BACKEND_ID, LINUX_BACKEND_ID);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! timeout_seconds = 600        # the longest a command runs (a caller may ask less)
 //! processes = 256              # processes of one command at once (cgroup pids)
 //! memory_mib = 2048            # memory of one command (cgroup memory)
+//! warm = true                  # commands join one sandbox kept warm (else one each)
+//! idle_seconds = 300           # a warm sandbox unused this long is reaped
 //! ```
 //!
 //! Every key is optional; an unknown key is an error, so a misspelt limit is not
@@ -43,6 +45,8 @@ pub struct LinuxSection {
     pub processes: Option<u64>,
     pub memory_mib: Option<u64>,
     pub bwrap: Option<PathBuf>,
+    pub warm: Option<bool>,
+    pub idle_seconds: Option<f64>,
 }
 
 impl PolicyFile {
@@ -88,6 +92,9 @@ impl PolicyFile {
             timeout: section.timeout_seconds.map(Duration::from_secs_f64),
             processes_max: section.processes,
             memory_bytes_max: section.memory_mib.map(|mib| mib << 20),
+            warm: section.warm.unwrap_or(default.warm),
+            sandbox_idle: (section.idle_seconds)
+                .map_or(default.sandbox_idle, Duration::from_secs_f64),
         }
     }
 }
@@ -98,6 +105,13 @@ impl LinuxSection {
             if !(seconds > 0.0 && Duration::try_from_secs_f64(seconds).is_ok()) {
                 return Err(format!(
                     "linux.timeout_seconds = {seconds}: a positive number of seconds"
+                ));
+            }
+        }
+        if let Some(seconds) = self.idle_seconds {
+            if !(seconds > 0.0 && Duration::try_from_secs_f64(seconds).is_ok()) {
+                return Err(format!(
+                    "linux.idle_seconds = {seconds}: a positive number of seconds"
                 ));
             }
         }

@@ -32,6 +32,8 @@ pub const FINISHED_KEPT_FOR: Duration = Duration::from_secs(300);
 /// After the command ended, how long its output pipes may stay open (held by a process
 /// it left behind) before the exec ends without the rest of their output.
 const DRAIN_MAX: Duration = Duration::from_secs(1);
+/// How often `close` looks whether the execs it killed have finished.
+const CLOSE_POLL: Duration = Duration::from_millis(5);
 
 struct Registered {
     backend: Arc<dyn Backend>,
@@ -236,6 +238,31 @@ impl Runtimes {
     /// [`KILL_GRACE`] if it has not ended. A finished exec is left alone.
     pub fn kill(&self, id: &str, signal: i32) -> Result<()> {
         self.attach(id, 0)?.kill(signal)
+    }
+
+    /// Ends every running exec (SIGKILL to its tree), waits up to `wait` for them to
+    /// finish, and lets go of every backend's connection (a warm sandbox ends with it).
+    /// For an owner about to unmount: a sandbox's view of the mount would keep the
+    /// mount alive. An exec asked for afterwards connects again.
+    pub fn close(&self, wait: Duration) {
+        let running: Vec<ExecHandle> = (lock(&self.execs).values())
+            .filter(|state| state.finished_at().is_none())
+            .map(|state| ExecHandle::new(state.clone(), 0))
+            .collect();
+        for handle in &running {
+            if let Err(err) = handle.kill(libc::SIGKILL) {
+                tracing::warn!(exec = handle.id(), "killing at close: {err}");
+            }
+        }
+        let deadline = Instant::now() + wait;
+        for handle in &running {
+            while handle.finished().is_none() && Instant::now() < deadline {
+                std::thread::sleep(CLOSE_POLL);
+            }
+        }
+        for registered in &self.backends {
+            drop(lock(&registered.connection).take());
+        }
     }
 
     fn choose(&self, asked: Option<&str>) -> Result<(&Registered, String)> {

@@ -144,27 +144,46 @@ fn output_streams_while_the_command_runs() {
     assert_eq!(handle.result().status, ExecStatus::Completed);
 }
 
+/// The policy of a sandbox per command, not one warm sandbox for all.
+fn one_sandbox_each() -> LinuxPolicy {
+    LinuxPolicy {
+        warm: false,
+        ..LinuxPolicy::default()
+    }
+}
+
 #[test]
 fn kill_and_timeout_end_the_whole_process_tree() {
+    kill_and_timeout_end_the_tree(LinuxPolicy::default());
+}
+
+#[test]
+fn kill_and_timeout_end_the_whole_process_tree_of_a_sandbox_of_its_own() {
+    kill_and_timeout_end_the_tree(one_sandbox_each());
+}
+
+fn kill_and_timeout_end_the_tree(policy: LinuxPolicy) {
     let dir = tempfile::tempdir().unwrap();
-    let rt = runtimes(dir.path());
+    // Each variant its own: the two run at once.
+    let tag = policy.warm as u8;
+    let rt = runtimes_with(dir.path(), policy);
     // A child in the background, one in a session of its own, and the shell.
-    let marker = "sleep 1000.4242";
+    let marker = format!("sleep 1000.42{}", tag);
     let script = format!("{marker} & setsid {marker} & echo started; {marker}");
     let mut handle = rt.exec(&script, ExecOptions::default()).unwrap();
     assert!(matches!(
         handle.next_event(None),
         Some(Event::Output { .. })
     ));
-    assert!(alive(marker));
+    assert!(alive(&marker));
     handle.kill(libc::SIGTERM).unwrap();
     let result = handle.result();
     assert_eq!(result.status, ExecStatus::Cancelled);
     assert_eq!(result.exit_code, 128 + libc::SIGTERM);
-    assert!(!alive(marker), "a process of the tree outlived the kill");
+    assert!(!alive(&marker), "a process of the tree outlived the kill");
 
     // A command that ignores SIGTERM is killed KILL_GRACE after its timeout.
-    let marker = "sleep 1000.4343";
+    let marker = format!("sleep 1000.43{}", tag);
     let options = ExecOptions {
         timeout: Some(Duration::from_millis(300)),
         ..ExecOptions::default()
@@ -176,7 +195,10 @@ fn kill_and_timeout_end_the_whole_process_tree() {
     assert_eq!(result.status, ExecStatus::TimedOut);
     assert!(started.elapsed() >= KILL_GRACE, "{:?}", started.elapsed());
     assert!(started.elapsed() < KILL_GRACE + Duration::from_secs(20));
-    assert!(!alive(marker), "a process of the tree outlived the timeout");
+    assert!(
+        !alive(&marker),
+        "a process of the tree outlived the timeout"
+    );
 }
 
 #[test]
@@ -278,12 +300,21 @@ fn the_environment_is_the_callers_not_the_daemons() {
 
 #[test]
 fn the_sandbox_holds() {
+    sandbox_holds(LinuxPolicy::default());
+}
+
+#[test]
+fn a_sandbox_of_its_own_holds() {
+    sandbox_holds(one_sandbox_each());
+}
+
+fn sandbox_holds(policy: LinuxPolicy) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     let secret = tempfile::tempdir().unwrap();
     std::fs::write(secret.path().join("token"), "s3cret").unwrap();
     let secret_path = secret.path().display();
-    let rt = runtimes(dir.path());
+    let rt = runtimes_with(dir.path(), policy);
     let cases: Vec<(&str, String)> = vec![
         ("write the host root", "touch /usr/escape".into()),
         (
@@ -424,11 +455,9 @@ fn the_policy_limits_processes_memory_and_time() {
     );
 
     let prefix = format!("computer-exec-{}-", std::process::id());
-    for hierarchy in [
-        "/sys/fs/cgroup/pids",
-        "/sys/fs/cgroup/memory",
-        "/sys/fs/cgroup",
-    ] {
+    // Only the memory groups: every command of the other tests running meanwhile has a
+    // pids group (or a v2 one) while it runs.
+    for hierarchy in ["/sys/fs/cgroup/memory"] {
         let Ok(entries) = std::fs::read_dir(hierarchy) else {
             continue;
         };
@@ -452,25 +481,61 @@ fn a_sandbox_killed_from_outside_fails_the_exec() {
         handle.next_event(None),
         Some(Event::Output { .. })
     ));
-    // bubblewrap's own processes carry the whole script in their command lines.
-    let entries = std::fs::read_dir("/proc").unwrap();
-    let sandboxes: Vec<i32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|pid: &i32| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline);
-            cmdline.starts_with("/usr/bin/bwrap") && cmdline.contains(marker)
-        })
-        .collect();
-    assert!(!sandboxes.is_empty());
-    for pid in sandboxes {
-        // SAFETY: plain kill(2) of a process this test started.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
+    // The sandbox is killed by its pid 1: the kernel then ends every process of its
+    // pid namespace, as an OOM kill or an operator would.
+    let command = pids()
+        .into_iter()
+        .find(|pid| cmdline(*pid).contains(marker) && namespace_pid(*pid) != Some(*pid))
+        .expect("the command runs in a pid namespace of its sandbox");
+    let namespace = pid_namespace(command);
+    let init = pids()
+        .into_iter()
+        .find(|pid| pid_namespace(*pid) == namespace && namespace_pid(*pid) == Some(1))
+        .expect("the sandbox has a pid 1");
+    assert_ne!(init, 1, "not the host's init");
+    // SAFETY: plain kill(2) of a process this test started.
+    unsafe { libc::kill(init, libc::SIGKILL) };
     let result = handle.result();
     assert_eq!(result.status, ExecStatus::Failed);
     assert_eq!(result.exit_code, 128 + libc::SIGKILL);
     assert!(!alive(marker));
+    // The next command notices and gets a sandbox again.
+    assert_eq!(run(&rt, "echo again"), ("again\n".into(), String::new(), 0));
+}
+
+/// Commands share the warm sandbox (its /tmp, its pid namespace) while it is in use;
+/// nothing one leaves running outlives it; idle for the policy's time, it is reaped.
+#[test]
+fn the_warm_sandbox_is_shared_and_reaped_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = LinuxPolicy {
+        sandbox_idle: Duration::from_millis(500),
+        ..LinuxPolicy::default()
+    };
+    let rt = runtimes_with(dir.path(), policy);
+    let marker = "sleep 1000.6161";
+    let (out, _, code) = run(&rt, &format!("echo kept > /tmp/kept; {marker} & echo $!"));
+    assert_eq!(code, 0);
+    assert!(!alive(marker), "a background process outlived its command");
+    let (out2, _, _) = run(&rt, "cat /tmp/kept; ps -e -o pid= | wc -l");
+    let mut lines = out2.lines();
+    assert_eq!(lines.next(), Some("kept"), "{out} {out2}");
+    // pid 1, the holder, the shell, ps and wc: nothing of the first command.
+    assert_eq!(lines.next().map(str::trim), Some("5"), "{out2}");
+
+    // Idle past its time, the sandbox goes; the next command gets a fresh one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        std::thread::sleep(Duration::from_millis(1500));
+        let (_, _, code) = run(&rt, "test -e /tmp/kept");
+        if code != 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle sandbox was never reaped"
+        );
+    }
 }
 
 /// A read-only path of the policy is read-only; one a command turned into a symlink
@@ -504,4 +569,27 @@ fn read_only_paths_stay_inside_the_workspace() {
         refused.to_string().contains("leads out of the workspace"),
         "{refused}"
     );
+}
+
+fn pids() -> Vec<i32> {
+    let entries = std::fs::read_dir("/proc").unwrap();
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+fn cmdline(pid: i32) -> String {
+    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn pid_namespace(pid: i32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+/// The process's pid in its innermost pid namespace.
+fn namespace_pid(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
 }
