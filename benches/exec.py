@@ -3,8 +3,9 @@
 directly on the host, in the same mounted workspace, in the same run.
 
 Warm: the workspace is mounted, each command runs `--reps` times after a warm-up, by
-`computerd exec DB -- CMD` (a computerd process, a sandbox, sh) and by `sh -c CMD` in
-the mount. Cold: `computerd exec` on a free database, which mounts it for the command
+`computerd exec DB -- CMD` (a computerd process, the mount's warm sandbox, sh) and by
+`sh -c CMD` in the mount, alternately. The mount's first exec, which starts its
+sandbox, is timed once. Cold: `computerd exec` on a free database, which mounts it for the command
 and takes the mount down again.
 
     python3 benches/exec.py [--reps 20] [--work DIR] [--computerd target/release/computerd]
@@ -41,9 +42,16 @@ def timed(argv, cwd=None):
     return (time.perf_counter() - start) * 1000
 
 
-def sample(argv, reps, cwd=None):
-    timed(argv, cwd)
-    return [timed(argv, cwd) for _ in range(reps)]
+def paired(host_argv, ours_argv, reps, cwd):
+    """Both commands `reps` times after a warm-up each, alternating, so that the noise
+    of a shared machine falls on both alike."""
+    timed(host_argv, cwd)
+    timed(ours_argv, cwd)
+    host, ours = [], []
+    for _ in range(reps):
+        host.append(timed(host_argv, cwd))
+        ours.append(timed(ours_argv, cwd))
+    return host, ours
 
 
 def cell(samples):
@@ -64,11 +72,13 @@ def main():
     subprocess.run([computerd, "mount", db, mnt, "--daemon"], check=True, stdout=subprocess.DEVNULL)
     try:
         subprocess.run(["sh", "-c", SETUP], cwd=mnt, check=True)
+        # The mount's first exec starts its warm sandbox.
+        first = timed([computerd, "exec", db, "--", "true"])
         print("| command | host ms | computerd exec ms | overhead ms |")
         print("|---|---:|---:|---:|")
+        print(f"| `true`, the mount's first exec (starts the sandbox) | | {first:.1f} | |")
         for name, cmd in COMMANDS:
-            host = sample(["sh", "-c", cmd], args.reps, cwd=mnt)
-            ours = sample([computerd, "exec", db, "--", cmd], args.reps)
+            host, ours = paired(["sh", "-c", cmd], [computerd, "exec", db, "--", cmd], args.reps, mnt)
             overhead = statistics.median(ours) - statistics.median(host)
             print(f"| {name} | {cell(host)} | {cell(ours)} | {overhead:.1f} |", flush=True)
     finally:

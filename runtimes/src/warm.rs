@@ -153,8 +153,10 @@ impl WarmSandbox {
         };
         // SAFETY: poll of one descriptor this value owns, without waiting.
         let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        // Only a readable pidfd says the holder ended; an interrupted poll says nothing.
+        let holder_ended = ready > 0 && poll.revents & libc::POLLIN != 0;
         let mut bwrap = self.bwrap.lock().unwrap_or_else(|e| e.into_inner());
-        ready == 0 && matches!(bwrap.try_wait(), Ok(None))
+        !holder_ended && matches!(bwrap.try_wait(), Ok(None))
     }
 
     /// How long nothing ran in it; `None` while a command runs.
