@@ -43,7 +43,7 @@ const EXIT_PENDING: u8 = 75;
 /// The most of this command's own stdin handed to the command, bytes.
 const STDIN_BYTES_MAX: u64 = 64 << 20;
 /// How long the mount made for one command may take to let go of the database.
-const UNMOUNT_WAIT: Duration = owner::OWNER_WAIT;
+pub(crate) const UNMOUNT_WAIT: Duration = owner::OWNER_WAIT;
 /// The longest an events call waits on the owner before asking again.
 const EVENTS_WAIT: Duration = Duration::from_secs(10);
 /// How long the end of a command waits for its sandbox to go.
@@ -366,8 +366,8 @@ impl Owner {
         if owner::is_held(db) {
             if let Some(policy) = policy {
                 bail!(
-                    "--policy {}: {} is mounted, and its mount's policy applies (computerd \
-                     mount --policy)",
+                    "--policy {}: {} is mounted or served, and its owner's policy applies \
+                     (computerd mount --policy, computerd serve --policy)",
                     policy.display(),
                     db.display()
                 );
@@ -380,7 +380,7 @@ impl Owner {
         Self::mount(db, policy)
     }
 
-    /// The channel of the running mount of `db`.
+    /// The channel of the running mount or server of `db`.
     fn running(db: &Path) -> anyhow::Result<owner::Channel> {
         let holder = owner::read_holder(&owner::owner_path(db)).ok_or_else(|| {
             anyhow!(
@@ -389,9 +389,12 @@ impl Owner {
             )
         })?;
         match (&holder.role, &holder.channel) {
-            (Role::Mount { replica: false, .. }, Some(channel)) => Ok(channel.clone()),
+            (Role::Mount { replica: false, .. } | Role::Serve { .. }, Some(channel)) => {
+                Ok(channel.clone())
+            }
             _ => bail!(
-                "{}: in use by {holder}; exec runs on a database mounted here or free",
+                "{}: in use by {holder}; exec runs on a database mounted or served here, \
+                 or free",
                 db.display()
             ),
         }
@@ -484,12 +487,6 @@ impl ReplicaView {
         })
     }
 
-    /// Asks the replica daemon to sync now and waits for its answer.
-    fn sync(&self) -> anyhow::Result<crate::replica::ControlAnswer> {
-        let request = format!("sync {}\n", SYNC_WAIT.as_millis());
-        crate::replica::ask_replica(&self.control, &request)
-    }
-
     /// Takes the replica down. A fresh cache is removed only when the command's changes
     /// reached the server; otherwise it stays, and the user is told where.
     fn finish(&self, result: Option<&ExecResult>) -> anyhow::Result<()> {
@@ -514,33 +511,50 @@ impl WorkspaceView for ReplicaView {
     }
 
     fn before_exec(&self) -> computer_runtimes::Result<()> {
-        let not_synced = |why: String| computer_runtimes::Error::NotSynced(why);
-        let answer = self.sync().map_err(|err| not_synced(format!("{err:#}")))?;
-        match answer.kind.as_str() {
-            "complete" => Ok(()),
-            kind => Err(not_synced(format!("{kind}: {}", answer.reason))),
-        }
+        sync_before(&self.control)
     }
 
     fn after_exec(&self) -> SyncOutcome {
-        let answer = match self.sync() {
-            Ok(answer) => answer,
-            Err(err) => {
-                return SyncOutcome::Lost {
-                    reason: format!("{err:#}"),
-                }
-            }
-        };
-        match answer.kind.as_str() {
-            "complete" => SyncOutcome::Complete,
-            "pending" => SyncOutcome::Pending {
-                intent: format!("{} ({})", answer.field("intent"), answer.reason),
-            },
-            _ => SyncOutcome::Lost {
-                reason: format!("{}: {}", answer.kind, answer.reason),
-            },
-        }
+        sync_after(&self.control)
     }
+}
+
+/// The first half of a replica's bracket: the replica daemon at `control` syncs with
+/// its server, or the command does not run.
+pub(crate) fn sync_before(control: &Path) -> computer_runtimes::Result<()> {
+    let not_synced = |why: String| computer_runtimes::Error::NotSynced(why);
+    let answer = ask_sync(control).map_err(|err| not_synced(format!("{err:#}")))?;
+    match answer.kind.as_str() {
+        "complete" => Ok(()),
+        kind => Err(not_synced(format!("{kind}: {}", answer.reason))),
+    }
+}
+
+/// The second half: what the command wrote reached the server, waits to, or was lost.
+pub(crate) fn sync_after(control: &Path) -> SyncOutcome {
+    let answer = match ask_sync(control) {
+        Ok(answer) => answer,
+        Err(err) => {
+            return SyncOutcome::Lost {
+                reason: format!("{err:#}"),
+            }
+        }
+    };
+    match answer.kind.as_str() {
+        "complete" => SyncOutcome::Complete,
+        "pending" => SyncOutcome::Pending {
+            intent: format!("{} ({})", answer.field("intent"), answer.reason),
+        },
+        _ => SyncOutcome::Lost {
+            reason: format!("{}: {}", answer.kind, answer.reason),
+        },
+    }
+}
+
+/// Asks the replica daemon at `control` to sync now and waits for its answer.
+fn ask_sync(control: &Path) -> anyhow::Result<crate::replica::ControlAnswer> {
+    let request = format!("sync {}\n", SYNC_WAIT.as_millis());
+    crate::replica::ask_replica(control, &request)
 }
 
 /// A directory of this process's own, for a mount point and a cache.
@@ -557,7 +571,7 @@ fn private_dir() -> anyhow::Result<PathBuf> {
 
 /// Runs a computerd child that prints a pid on success (`--daemon`), without letting
 /// that into the command's output.
-fn run_quietly(command: &mut Command, what: &str) -> anyhow::Result<()> {
+pub(crate) fn run_quietly(command: &mut Command, what: &str) -> anyhow::Result<()> {
     let status = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())

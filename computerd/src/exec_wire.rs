@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use computer_runtimes::audit::status_name;
+use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, WorkspaceView};
 use computer_runtimes::{
     Description, Event, ExecHandle, ExecOptions, ExecResult, ExecStatus, Runtimes, Stream,
     SyncOutcome, WorkspaceAudit,
@@ -35,12 +36,19 @@ pub const STDIN_BYTES_MAX: usize = 64 << 20;
 /// kernel answers at its mount point). Execs asked before fail EAGAIN.
 pub type RuntimesSlot = Arc<OnceLock<Arc<Runtimes>>>;
 
-/// `runtimes`, their records kept in `ws`'s audit trail, in a slot already filled.
-pub fn audited_runtimes(mut runtimes: Runtimes, ws: &Workspace) -> RuntimesSlot {
+/// An owner's exec spine: the Linux backend over `view`, its records kept in `ws`'s
+/// audit trail.
+pub fn linux_runtimes(
+    view: Arc<dyn WorkspaceView>,
+    policy: LinuxPolicy,
+    ws: &Workspace,
+) -> Arc<Runtimes> {
+    let mut runtimes = Runtimes::new();
+    runtimes
+        .register(Arc::new(LinuxBackend::new(view, policy)))
+        .expect("the first backend's id is free");
     runtimes.set_audit(Arc::new(WorkspaceAudit(ws.clone())));
-    let slot = RuntimesSlot::default();
-    let _ = slot.set(Arc::new(runtimes));
-    slot
+    Arc::new(runtimes)
 }
 
 /// The runner maker an owner passes to its channel: every caller gets a runner over the

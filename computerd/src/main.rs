@@ -34,6 +34,7 @@ mod registry;
 mod remote;
 mod replica;
 mod serve;
+mod serve_exec;
 mod status;
 mod umount;
 

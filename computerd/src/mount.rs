@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
-use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
-use computer_runtimes::{PolicyFile, Runtimes, WorkspaceAudit};
+use computer_runtimes::linux::{LinuxPolicy, LocalView};
+use computer_runtimes::PolicyFile;
 use computer_vfs::{Options, Workspace};
 use fuser::{Config, MountOption, SessionACL};
 
@@ -130,18 +130,6 @@ fn exec_policy(args: &MountArgs) -> anyhow::Result<LinuxPolicy> {
         Some(path) => PolicyFile::load(path)?.linux_policy(),
         None => LinuxPolicy::default(),
     })
-}
-
-/// The exec spine of a mount: the Linux backend over the mount itself, its records kept
-/// in the workspace's audit trail.
-fn exec_runtimes(mountpoint: &Path, policy: LinuxPolicy, ws: &Workspace) -> Arc<Runtimes> {
-    let view = Arc::new(LocalView::new(mountpoint));
-    let mut runtimes = Runtimes::new();
-    runtimes
-        .register(Arc::new(LinuxBackend::new(view, policy)))
-        .expect("the first backend's id is free");
-    runtimes.set_audit(Arc::new(WorkspaceAudit(ws.clone())));
-    Arc::new(runtimes)
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
@@ -328,7 +316,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     wait_until_answering(&mountpoint)?;
     widen_read_ahead(&mountpoint);
     if channel.is_some() {
-        let _ = runtimes.set(exec_runtimes(&mountpoint, exec_policy, &watched));
+        start_exec(&runtimes, &mountpoint, exec_policy, &watched);
     }
     made.keep();
     if let Some(owner) = &mut owner {
@@ -422,6 +410,12 @@ fn serve_until_unmounted(
             return join_unmounted(background);
         }
     }
+}
+
+/// Lets the mount run the commands asked of it: the Linux backend over the mount itself.
+fn start_exec(runtimes: &RuntimesSlot, mountpoint: &Path, policy: LinuxPolicy, ws: &Workspace) {
+    let local = Arc::new(LocalView::new(mountpoint));
+    let _ = runtimes.set(exec_wire::linux_runtimes(local, policy, ws));
 }
 
 /// Ends the commands this mount runs and their sandboxes, before the unmount.

@@ -1,6 +1,7 @@
 //! `computerd serve <DB> --listen <ADDR>`: serve an authoritative workspace to replicas
 //! (`computerd mount --remote`) and clients (`computerd fs --remote`) over Cap'n Proto
-//! RPC, until SIGINT or SIGTERM.
+//! RPC, until SIGINT or SIGTERM. Commands asked of its runner run in a sandbox over a
+//! replica of its own (`serve_exec.rs`), taken down before the server stops.
 //!
 //! Readiness: once the socket is bound, one line `listening on ADDR` goes to stdout (with
 //! the port the system chose for `tcp:HOST:0`), so a script or test can wait for it
@@ -9,19 +10,23 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use computer_runtimes::Runtimes;
+use computer_runtimes::linux::LinuxPolicy;
+use computer_runtimes::PolicyFile;
 use computer_sync::files::FileStreams;
 use computer_sync::rpc::{self, Address, ServeOptions, ServerSocket};
 use computer_sync::Authority;
 use computer_vfs::{Options, Workspace};
 
 use crate::channel::ChannelServer;
-use crate::exec_wire;
+use crate::exec_wire::{self, RuntimesSlot};
 use crate::owner::{self, Holder, OwnerLock, Role};
 use crate::remote;
+use crate::serve_exec::ServedReplica;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -37,6 +42,10 @@ pub struct ServeArgs {
     /// Connections served at once; more are closed as they come.
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub connections_max: usize,
+    /// The policy of the commands this server runs: a TOML file with a [linux] table
+    /// (docs/RUNTIMES.md). Default: no network, the default limits.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -45,6 +54,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.connections_max == 0 {
         anyhow::bail!("--connections-max must be at least 1");
     }
+    let policy = exec_policy(&args)?;
     // Held until this function returns, after the last handle on the database closed.
     let holder = Holder::me(Role::Serve {
         address: args.listen.clone(),
@@ -61,11 +71,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..Options::default()
     };
     let ws = Workspace::open(&args.db, options).map_err(crate::fs_error::vfs_err)?;
-    // `computerd fs DB` from other processes on this machine runs here.
-    // A server runs no commands yet (no backend registered): its runner answers with
-    // its audit trail, and records each exec asked of it as refused.
-    let runtimes = exec_wire::audited_runtimes(Runtimes::new(), &ws);
-    let runner = exec_wire::runner_maker(runtimes, ws.clone());
+    // `computerd fs DB` from other processes on this machine runs here, and so do
+    // execs, once the socket is bound (the replica they run over dials it).
+    let runtimes = RuntimesSlot::default();
+    let runner = exec_wire::runner_maker(runtimes.clone(), ws.clone());
     let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None, Some(runner.clone()))?;
     owner.offer(offer)?;
     owner.serving()?;
@@ -75,7 +84,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         runner: Some(runner),
         ..ServeOptions::default()
     };
-    let authority = Authority::new(ws.clone(), token);
+    let authority = Authority::new(ws.clone(), token.clone());
+    let audited = ws.clone();
     rpc::run_local(async move {
         let socket = ServerSocket::bind(&address)
             .await
@@ -87,7 +97,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             stdout.flush()?;
         }
         tracing::info!(db = %args.db.display(), %bound, "serving");
-        rpc::serve(socket, authority, serve_options, shutdown_signal()).await;
+        let replica = Arc::new(ServedReplica::new(&bound.to_string(), &token)?);
+        let _ = runtimes.set(exec_wire::linux_runtimes(replica.clone(), policy, &audited));
+        let stop = stop_after_signal(runtimes, replica);
+        rpc::serve(socket, authority, serve_options, stop).await;
         if let Address::Unix(path) = &bound {
             let _ = std::fs::remove_file(path);
         }
@@ -101,6 +114,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     drop(ws);
     Ok(ExitCode::SUCCESS)
 }
+
+/// The policy of the commands this server runs, read before anything starts.
+fn exec_policy(args: &ServeArgs) -> anyhow::Result<LinuxPolicy> {
+    Ok(match &args.policy {
+        Some(path) => PolicyFile::load(path)?.linux_policy(),
+        None => LinuxPolicy::default(),
+    })
+}
+
+/// Resolves once a signal asked the server to stop and its commands and replica are
+/// gone: they go while the server still answers the replica's last push.
+async fn stop_after_signal(runtimes: RuntimesSlot, replica: Arc<ServedReplica>) {
+    shutdown_signal().await;
+    let closing = tokio::task::spawn_blocking(move || {
+        if let Some(runtimes) = runtimes.get() {
+            runtimes.close(RUNTIMES_CLOSE_WAIT);
+        }
+        replica.close();
+    });
+    if let Err(err) = closing.await {
+        tracing::warn!("taking the server's commands down: {err}");
+    }
+}
+
+/// How long the server's end waits for the commands it killed to end.
+const RUNTIMES_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// Resolves at the first SIGINT, SIGTERM or SIGHUP.
 async fn shutdown_signal() {

@@ -336,7 +336,9 @@ fn a_signal_to_exec_kills_the_command_in_the_owner() {
     )
     .unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{stderr}");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     assert_eq!(rest, "");
@@ -351,23 +353,63 @@ fn a_signal_to_exec_kills_the_command_in_the_owner() {
     );
 }
 
-/// A server answers `computerd audit --remote` through its runner: with the token, its
-/// trail (empty: nothing was asked of it); without, a refusal.
+/// A served database runs commands in a replica of the server, made on the first exec
+/// and kept warm: the command sees what the server held, its writes are on the server
+/// when exec returns, the trail lists both runs locally and through the wire, and the
+/// server's stop takes the replica down.
 #[test]
-fn a_served_workspace_lists_its_trail_remotely() {
-    let server = common::Server::start();
-    let token = server.token_file.to_str().unwrap();
-    let out = computerd([
+fn a_served_database_runs_commands_in_a_replica_of_the_server() {
+    let mut server = common::Server::start();
+    server.fs_ok(&["write", "/f.txt"], b"from the server\n");
+    let out = exec(&server.db, &[], "cat f.txt; echo made > made.txt; exit 5");
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}{}",
+        text(&out.stderr),
+        server.server_log()
+    );
+    assert_eq!(text(&out.stdout), "from the server\n");
+    assert_eq!(server.fs_ok(&["cat", "/made.txt"], b""), b"made\n");
+    // The second command finds the sandbox and the replica in place, and the first's
+    // work in them.
+    server.fs_ok(&["write", "/g.txt"], b"later\n");
+    let out = exec(&server.db, &[], "cat made.txt g.txt");
+    assert_eq!(text(&out.stdout), "made\nlater\n", "{}", text(&out.stderr));
+
+    let token = server.token_file.to_str().unwrap().to_owned();
+    let remote = computerd([
         "audit",
         "--remote",
         &server.address,
         "--token-file",
-        token,
+        &token,
         "--json",
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "");
+    assert!(remote.status.success(), "{}", text(&remote.stderr));
+    let records: Vec<serde_json::Value> = (text(&remote.stdout).lines())
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records[0]["exit_code"], 5);
+    assert_eq!(records[1]["sync"], "complete");
 
+    let replica_dir = std::env::temp_dir().join(format!("computerd-serve-{}", server.pid()));
+    assert!(replica_dir.join("workspace").is_dir());
+    server.stop();
+    assert!(!replica_dir.exists(), "the server's replica outlived it");
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !table.contains(&replica_dir.display().to_string()),
+        "{table}"
+    );
+    assert_eq!(audit_json(&server.db).len(), 2);
+}
+
+/// Without the token, `computerd audit --remote` is refused.
+#[test]
+fn the_trail_is_not_read_without_the_token() {
+    let server = common::Server::start();
     let wrong = std::env::temp_dir().join(format!("wrong-token-{}", std::process::id()));
     std::fs::write(&wrong, "not the token\n").unwrap();
     let out = computerd([

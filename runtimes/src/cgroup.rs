@@ -160,7 +160,9 @@ impl ExecCgroup {
 
     /// Sends `signal` to every process of the group.
     pub fn signal_all(&self, signal: nix::sys::signal::Signal) {
-        for pid in self.members() {
+        let members = self.members();
+        tracing::debug!(group = %self.dirs[0].display(), ?members, ?signal, "signalling a group");
+        for pid in members {
             // A process may end meanwhile (ESRCH): that is what was wanted.
             let _ = nix::sys::signal::kill(pid, signal);
         }

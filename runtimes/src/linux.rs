@@ -470,10 +470,11 @@ impl LinuxConnection {
             .chain(seccomp_fd)
             .collect();
         let joined = cgroup.clone();
-        // SAFETY: only async-signal-safe calls between fork and exec: fcntl on
+        // SAFETY: only async-signal-safe calls between fork and exec: signal, fcntl on
         // descriptors opened before the fork, and `join_self` (open, write, close).
         unsafe {
             command.pre_exec(move || {
+                crate::warm::reset_signal_dispositions();
                 for &fd in &inherited {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());

@@ -315,6 +315,7 @@ fn become_command(plan: &JoinPlan) -> std::io::Result<()> {
     // SAFETY: each call below is a system call on values the plan holds; the
     // capability structures are on this stack.
     unsafe {
+        reset_signal_dispositions();
         check(libc::setns(plan.user, libc::CLONE_NEWUSER))?;
         check(libc::setsid())?;
         check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
@@ -376,6 +377,46 @@ fn wait_for_command(command: libc::pid_t) -> ! {
         libc::_exit(128 + libc::WTERMSIG(status));
     }
 }
+
+/// Every catchable signal back to its default action. A disposition of ignore survives
+/// exec, and the daemon may have been started with SIGINT ignored (as a background job
+/// of a shell is): a command must not inherit that, or `kill` could not end it. By the
+/// system call, not libc's wrapper, which refuses the real-time signals it keeps for
+/// itself. Async-signal-safe.
+pub(crate) fn reset_signal_dispositions() {
+    /// The kernel's `struct sigaction` on x86-64 and most others.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: libc::c_ulong,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for signal in 1..=SIGNAL_MAX {
+        if ![libc::SIGKILL, libc::SIGSTOP].contains(&signal) {
+            // SAFETY: sets a disposition from a structure on this stack; the old one
+            // is not asked for.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal,
+                    &default as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+        }
+    }
+}
+
+/// The highest signal number (`SIGRTMAX`).
+const SIGNAL_MAX: libc::c_int = 64;
 
 fn check(result: libc::c_int) -> std::io::Result<()> {
     match result {

@@ -593,3 +593,18 @@ fn namespace_pid(pid: i32) -> Option<i32> {
     let line = status.lines().find(|line| line.starts_with("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
 }
+
+/// A signal the daemon ignores (SIGINT, when a shell started it in the background) is
+/// not ignored by its commands, or `kill` could not end them.
+#[test]
+fn commands_start_with_no_signal_ignored() {
+    // SIGUSR2 stands for it: ignoring it here disturbs no other test.
+    // SAFETY: sets this process's disposition of a signal no test sends.
+    unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
+    let dir = tempfile::tempdir().unwrap();
+    for policy in [LinuxPolicy::default(), one_sandbox_each()] {
+        let rt = runtimes_with(dir.path(), policy);
+        let (out, _, code) = run(&rt, "grep SigIgn /proc/self/status");
+        assert_eq!((out.as_str(), code), ("SigIgn:\t0000000000000000\n", 0));
+    }
+}
