@@ -6,11 +6,14 @@
 //! or lost): the bracket, as for `computerd exec --remote`, but with the replica warm.
 //!
 //! A replica that died is noticed before the next command (it is no longer a mount)
-//! and mounted again; the backend's connection, and its warm sandbox, go with it.
+//! and mounted again; the backend's connection, and its warm sandbox, go with it. One
+//! idle for twice the sandbox's idle time (the sandbox, whose view would keep the mount
+//! alive, is reaped first) is taken down, and mounted again by the next command.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use computer_runtimes::linux::WorkspaceView;
@@ -29,9 +32,18 @@ pub struct ServedReplica {
     mountpoint: PathBuf,
     cache: PathBuf,
     control: PathBuf,
-    /// Held while mounting, so two commands do not mount it twice.
-    mounting: Mutex<()>,
+    /// Commands between their bracket's two halves, and when the last one ended; held
+    /// while mounting or reaping, so that neither happens under a command.
+    use_state: Mutex<Use>,
 }
+
+struct Use {
+    running: usize,
+    last_used: Instant,
+}
+
+/// How often the reaper looks at the replica, at most.
+const REAP_INTERVAL_MAX: Duration = Duration::from_secs(1);
 
 impl ServedReplica {
     /// A replica of the workspace served at `address` (as bound: a wildcard host is
@@ -50,8 +62,44 @@ impl ServedReplica {
             control: crate::replica::control_path(&cache),
             cache,
             dir,
-            mounting: Mutex::new(()),
+            use_state: Mutex::new(Use {
+                running: 0,
+                last_used: Instant::now(),
+            }),
         })
+    }
+
+    /// Takes the replica down once it has been idle for `idle`; returns when the
+    /// replica is gone.
+    pub fn reap_when_idle(self: &Arc<Self>, idle: Duration) {
+        let replica: Weak<ServedReplica> = Arc::downgrade(self);
+        let interval = (idle / 2).min(REAP_INTERVAL_MAX);
+        let reaper = move || {
+            while let Some(replica) = replica.upgrade() {
+                replica.reap_if_idle(idle);
+                drop(replica);
+                std::thread::sleep(interval);
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("replica-reaper".into())
+            .spawn(reaper);
+        if let Err(err) = spawned {
+            tracing::warn!("no reaper for the server's replica ({err}): it stays mounted");
+        }
+    }
+
+    fn reap_if_idle(&self, idle: Duration) {
+        let state = self.use_state();
+        if state.running > 0 || state.last_used.elapsed() < idle || !self.is_mounted() {
+            return;
+        }
+        tracing::info!("the server's replica was idle for {idle:?}; taking it down");
+        self.take_down();
+    }
+
+    fn use_state(&self) -> std::sync::MutexGuard<'_, Use> {
+        self.use_state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn is_mounted(&self) -> bool {
@@ -59,9 +107,23 @@ impl ServedReplica {
             .is_some_and(|table| table.iter().any(|m| m.mountpoint == self.mountpoint))
     }
 
-    /// Mounts the replica unless it is mounted.
+    /// Mounts the replica unless it is mounted, and counts a command in.
+    fn enter(&self) -> anyhow::Result<()> {
+        let mut state = self.use_state();
+        self.ensure_mounted()?;
+        state.running += 1;
+        Ok(())
+    }
+
+    /// Counts a command out.
+    fn leave(&self) {
+        let mut state = self.use_state();
+        state.running = state.running.saturating_sub(1);
+        state.last_used = Instant::now();
+    }
+
+    /// Mounts the replica unless it is mounted (the caller holds the use state).
     fn ensure_mounted(&self) -> anyhow::Result<()> {
-        let _mounting = self.mounting.lock().unwrap_or_else(|e| e.into_inner());
         if self.is_mounted() {
             return Ok(());
         }
@@ -75,27 +137,28 @@ impl ServedReplica {
         run_quietly(&mut mount, "mounting the server's replica")
     }
 
-    /// Takes the replica down, while the server still answers its last push. Its
-    /// directory goes only if nothing in the cache waits to be pushed.
+    /// Takes the replica down for good, while the server still answers its last push.
+    /// Its directory goes only if nothing in the cache waits to be pushed.
     pub fn close(&self) {
-        let _mounting = self.mounting.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.is_mounted() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-            return;
-        }
-        let synced = sync_after(&self.control) == SyncOutcome::Complete;
-        if let Err(err) = crate::umount::unmount_and_wait(&self.mountpoint, UNMOUNT_WAIT) {
-            tracing::warn!("unmounting the server's replica: {err:#}");
-            return;
-        }
-        if synced {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else {
+        let _state = self.use_state();
+        if self.is_mounted() && !self.take_down() {
             tracing::warn!(
                 cache = %self.cache.display(),
                 "the replica keeps changes not yet pushed; mount it with --cache to push them"
             );
+            return;
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Unmounts the replica after a last sync (the caller holds the use state);
+    /// whether everything had reached the server. The cache stays for the next mount.
+    fn take_down(&self) -> bool {
+        let synced = sync_after(&self.control) == SyncOutcome::Complete;
+        if let Err(err) = crate::umount::unmount_and_wait(&self.mountpoint, UNMOUNT_WAIT) {
+            tracing::warn!("unmounting the server's replica: {err:#}");
+        }
+        synced
     }
 }
 
@@ -105,13 +168,19 @@ impl WorkspaceView for ServedReplica {
     }
 
     fn before_exec(&self) -> computer_runtimes::Result<()> {
-        self.ensure_mounted()
+        self.enter()
             .map_err(|err| computer_runtimes::Error::NotSynced(format!("{err:#}")))?;
-        sync_before(&self.control)
+        let synced = sync_before(&self.control);
+        if synced.is_err() {
+            self.leave();
+        }
+        synced
     }
 
     fn after_exec(&self) -> SyncOutcome {
-        sync_after(&self.control)
+        let outcome = sync_after(&self.control);
+        self.leave();
+        outcome
     }
 
     fn is_alive(&self) -> bool {

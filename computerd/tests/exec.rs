@@ -321,7 +321,8 @@ fn a_signal_to_exec_kills_the_command_in_the_owner() {
     let m = Mount::new();
     let mut child = Command::new(BIN)
         .args(["exec", m.db.to_str().unwrap(), "--"])
-        .arg("echo started; sleep 977 & sleep 978; echo not reached")
+        // Everything up before the line the test waits for: the signal finds the tree.
+        .arg("sleep 977 & sleep 978 & echo started; wait; echo not reached")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -422,4 +423,44 @@ fn the_trail_is_not_read_without_the_token() {
     let _ = std::fs::remove_file(&wrong);
     assert!(!out.status.success());
     assert!(!text(&out.stderr).is_empty());
+}
+
+/// The server's replica, idle for twice the sandbox's idle time, is taken down, and the
+/// next command mounts it again and finds the workspace as it was.
+#[test]
+fn the_servers_replica_is_reaped_when_idle_and_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "[linux]\nidle_seconds = 0.5\n").unwrap();
+    let server = common::Server::start_with(&["--policy", policy.to_str().unwrap()]);
+    let out = exec(&server.db, &[], "echo one > one.txt");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stderr),
+        server.server_log()
+    );
+    let mountpoint =
+        std::env::temp_dir().join(format!("computerd-serve-{}/workspace", server.pid()));
+    let mounted = || {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        table.contains(&format!(" {} ", mountpoint.display()))
+    };
+    assert!(mounted());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while mounted() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle replica stayed mounted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = exec(&server.db, &[], "cat one.txt");
+    assert_eq!(
+        text(&out.stdout),
+        "one\n",
+        "{}{}",
+        text(&out.stderr),
+        server.server_log()
+    );
 }

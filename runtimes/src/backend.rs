@@ -36,7 +36,8 @@ pub trait Connection: Send + Sync {
     fn before_exec(&self, exec_id: &str) -> Result<()>;
     fn spawn(&self, request: &SpawnRequest) -> Result<Spawned>;
     /// Sends everything the command wrote to the authoritative side, or says why it
-    /// has not arrived.
+    /// has not arrived. Called once for every `before_exec` that succeeded, also when
+    /// `spawn` then failed.
     fn after_exec(&self, exec_id: &str) -> SyncOutcome;
     /// False once the connection cannot run commands any more: the next exec connects
     /// anew.

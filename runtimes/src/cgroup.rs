@@ -158,13 +158,22 @@ impl ExecCgroup {
             .collect()
     }
 
-    /// Sends `signal` to every process of the group.
+    /// Sends `signal` to every process of the group, and to those that join it while
+    /// it does (a shell that has the signal blocked may still be forking), for at most
+    /// [`SIGNAL_ROUNDS_MAX`] reads of the group.
     pub fn signal_all(&self, signal: nix::sys::signal::Signal) {
-        let members = self.members();
-        tracing::debug!(group = %self.dirs[0].display(), ?members, ?signal, "signalling a group");
-        for pid in members {
-            // A process may end meanwhile (ESRCH): that is what was wanted.
-            let _ = nix::sys::signal::kill(pid, signal);
+        let mut signalled = std::collections::HashSet::new();
+        for _ in 0..SIGNAL_ROUNDS_MAX {
+            let newcomers: Vec<_> = (self.members().into_iter())
+                .filter(|pid| signalled.insert(*pid))
+                .collect();
+            if newcomers.is_empty() {
+                return;
+            }
+            for pid in newcomers {
+                // A process may end meanwhile (ESRCH): that is what was wanted.
+                let _ = nix::sys::signal::kill(pid, signal);
+            }
         }
     }
 
@@ -186,6 +195,8 @@ impl ExecCgroup {
     }
 }
 
+/// Reads of a group while signalling it.
+const SIGNAL_ROUNDS_MAX: usize = 8;
 /// Rounds of SIGKILL over a group before giving up on it.
 const KILL_ROUNDS_MAX: usize = 100;
 

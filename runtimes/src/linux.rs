@@ -474,7 +474,7 @@ impl LinuxConnection {
         // descriptors opened before the fork, and `join_self` (open, write, close).
         unsafe {
             command.pre_exec(move || {
-                crate::warm::reset_signal_dispositions();
+                crate::warm::reset_signals();
                 for &fd in &inherited {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(std::io::Error::last_os_error());

@@ -181,7 +181,12 @@ impl Runtimes {
                 cwd,
                 env: options.env,
             };
-            let spawned = tracing::info_span!("spawn").in_scope(|| connection.spawn(&request))?;
+            let spawned = tracing::info_span!("spawn").in_scope(|| connection.spawn(&request));
+            let spawned = spawned.inspect_err(|_| {
+                // The bracket closes even when the command never started: the view may
+                // count the commands between its halves.
+                let _ = connection.after_exec(&state.id);
+            })?;
             Ok((spawned, connection))
         });
         let (spawned, connection) = match spawned {

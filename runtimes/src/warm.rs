@@ -315,7 +315,7 @@ fn become_command(plan: &JoinPlan) -> std::io::Result<()> {
     // SAFETY: each call below is a system call on values the plan holds; the
     // capability structures are on this stack.
     unsafe {
-        reset_signal_dispositions();
+        reset_signals();
         check(libc::setns(plan.user, libc::CLONE_NEWUSER))?;
         check(libc::setsid())?;
         check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
@@ -378,12 +378,19 @@ fn wait_for_command(command: libc::pid_t) -> ! {
     }
 }
 
-/// Every catchable signal back to its default action. A disposition of ignore survives
-/// exec, and the daemon may have been started with SIGINT ignored (as a background job
-/// of a shell is): a command must not inherit that, or `kill` could not end it. By the
-/// system call, not libc's wrapper, which refuses the real-time signals it keeps for
-/// itself. Async-signal-safe.
-pub(crate) fn reset_signal_dispositions() {
+/// No signal blocked, and every catchable one back to its default action. Both survive
+/// fork and exec (std's spawn leaves them as they were): a daemon blocks SIGINT, SIGTERM
+/// and SIGHUP in its threads to take them synchronously, and may have been started with
+/// SIGINT ignored (as a background job of a shell is). A command must inherit neither,
+/// or `kill` and a timeout could not end it. Dispositions by the system call, not libc's
+/// wrapper, which refuses the real-time signals it keeps for itself. Async-signal-safe.
+pub(crate) fn reset_signals() {
+    // SAFETY: an empty set on this stack, made by sigemptyset.
+    unsafe {
+        let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(none.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
+    }
     /// The kernel's `struct sigaction` on x86-64 and most others.
     #[repr(C)]
     struct KernelSigaction {

@@ -440,6 +440,8 @@ pub struct Server {
     listen: String,
     pub log: PathBuf,
     child: Option<std::process::Child>,
+    /// More arguments of `computerd serve`.
+    extra: Vec<String>,
 }
 
 /// The token of the test servers.
@@ -453,6 +455,15 @@ impl Server {
 
     /// Serves a new workspace on `listen` (`None`: a Unix socket in its directory).
     pub fn start_on(listen: Option<&str>) -> Server {
+        Server::start_serving(listen, &[])
+    }
+
+    /// Serves a new workspace on a Unix socket, with `extra` arguments.
+    pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_serving(None, extra)
+    }
+
+    fn start_serving(listen: Option<&str>, extra: &[&str]) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("computerd-server-")
             .tempdir()
@@ -471,6 +482,7 @@ impl Server {
             log: root.join("server.log"),
             dir: Some(dir),
             child: None,
+            extra: extra.iter().map(|arg| arg.to_string()).collect(),
         };
         server.restart();
         server
@@ -493,6 +505,7 @@ impl Server {
             .arg(&self.listen)
             .arg("--token-file")
             .arg(&self.token_file)
+            .args(&self.extra)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -529,6 +542,7 @@ impl Server {
             listen: address.to_owned(),
             log: server.log.clone(),
             child: None,
+            extra: Vec::new(),
         }
     }
 
