@@ -172,23 +172,13 @@ impl Runtimes {
         known.id = state.id.clone();
         let started = Instant::now();
         let span = tracing::info_span!("exec", id = %state.id, backend = %state.backend);
-        let spawned = span.in_scope(|| {
-            let connection = tracing::info_span!("connect").in_scope(|| connected(registered))?;
-            tracing::info_span!("before_exec").in_scope(|| connection.before_exec(&state.id))?;
-            let request = SpawnRequest {
-                exec_id: state.id.clone(),
-                script: script.to_owned(),
-                cwd,
-                env: options.env,
-            };
-            let spawned = tracing::info_span!("spawn").in_scope(|| connection.spawn(&request));
-            let spawned = spawned.inspect_err(|_| {
-                // The bracket closes even when the command never started: the view may
-                // count the commands between its halves.
-                let _ = connection.after_exec(&state.id);
-            })?;
-            Ok((spawned, connection))
-        });
+        let request = SpawnRequest {
+            exec_id: state.id.clone(),
+            script: script.to_owned(),
+            cwd,
+            env: options.env,
+        };
+        let spawned = span.in_scope(|| connect_and_spawn(registered, &request));
         let (spawned, connection) = match spawned {
             Ok(spawned) => spawned,
             Err(err) => {
@@ -334,6 +324,23 @@ fn connected(registered: &Registered) -> Result<Arc<dyn Connection>> {
     let connection = registered.backend.connect()?;
     *slot = Some(connection.clone());
     Ok(connection)
+}
+
+/// The backend's connection, the first half of its bracket, and the command started.
+fn connect_and_spawn(
+    registered: &Registered,
+    request: &SpawnRequest,
+) -> Result<(Spawned, Arc<dyn Connection>)> {
+    let connection = tracing::info_span!("connect").in_scope(|| connected(registered))?;
+    let id = &request.exec_id;
+    tracing::info_span!("before_exec").in_scope(|| connection.before_exec(id))?;
+    let spawned = tracing::info_span!("spawn").in_scope(|| connection.spawn(request));
+    let spawned = spawned.inspect_err(|_| {
+        // The bracket closes even when the command never started: the view may count
+        // the commands between its halves.
+        let _ = connection.after_exec(id);
+    })?;
+    Ok((spawned, connection))
 }
 
 /// Drops finished execs past their time, then the oldest beyond the count kept.

@@ -612,9 +612,9 @@ fn commands_start_with_no_signal_ignored_or_blocked() {
     let dir = tempfile::tempdir().unwrap();
     for policy in [LinuxPolicy::default(), one_sandbox_each()] {
         let rt = runtimes_with(dir.path(), policy);
-        // The shell's own. (dash clears its mask before it runs anything, so only the
-        // ignored part would show a daemon's state here; the mask is cleared anyway.)
-        let (out, _, code) = run(&rt, "grep -E '^Sig(Blk|Ign)' /proc/$$/status");
+        // The shell replaced by grep: what the shell started with (while it waits for
+        // a child, dash blocks everything itself).
+        let (out, _, code) = run(&rt, "exec grep -E '^Sig(Blk|Ign)' /proc/self/status");
         let expected = "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n";
         assert_eq!((out.as_str(), code), (expected, 0));
     }
