@@ -74,7 +74,11 @@ fn a_full_disk_says_enospc_and_loses_nothing() {
     assert!(out.contains("No space left on device"), "{out}");
     assert!(!out.contains("refused: created"), "{out}");
 
-    // Room again: new files go in, and an fsync makes them durable.
+    // Room again. The kernel sends the release of dd's last handle without waiting for
+    // it, so the daemon may take the unlink first and free the staging file's space a
+    // moment later, at that release: wait for it, as a user would find it, then new
+    // files go in, and an fsync makes them durable.
+    wait_for_room(disk.path(), 40 << 20);
     m.sh(&format!(
         "echo after > after
          cp {} twenty && sync twenty && cmp {} twenty",
@@ -108,4 +112,22 @@ fn a_full_disk_says_enospc_and_loses_nothing() {
     m.sh(&format!("cmp {} twenty", twenty.display()));
     m.unmount();
     m.check_db();
+}
+
+/// Waits until the file system at `path` has `bytes` free, at most 10 s.
+fn wait_for_room(path: &Path, bytes: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stat = nix::sys::statvfs::statvfs(path).unwrap();
+        let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+        if free >= bytes {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: {free} bytes free 10 s after the rm, {bytes} wanted",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
