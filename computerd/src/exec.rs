@@ -105,10 +105,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     };
     let script = args.command.join(" ");
     if let Some(address) = &args.remote {
-        let policy = match &args.policy {
-            Some(path) => PolicyFile::load(path)?.linux_policy(),
-            None => LinuxPolicy::default(),
-        };
+        let policy = PolicyFile::linux_policy_at(args.policy.as_deref())?;
         let replica = Arc::new(ReplicaView::mount(address, &args)?);
         let result = run_in(replica.clone(), policy, &script, options);
         replica.finish(result.as_ref().ok())?;
@@ -559,13 +556,20 @@ fn ask_sync(control: &Path) -> anyhow::Result<crate::replica::ControlAnswer> {
 
 /// A directory of this process's own, for a mount point and a cache.
 fn private_dir() -> anyhow::Result<PathBuf> {
+    private_dir_named("computerd-exec")
+}
+
+/// `PREFIX-PID` in the temporary directory (0700), with an empty `workspace` inside
+/// for a mount point.
+pub(crate) fn private_dir_named(prefix: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("computerd-exec-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&dir)
         .with_context(|| format!("{}: cannot make a private directory", dir.display()))?;
-    std::fs::create_dir(dir.join("workspace"))?;
+    std::fs::create_dir(dir.join("workspace"))
+        .with_context(|| format!("{}: cannot make the mount point", dir.display()))?;
     Ok(dir)
 }
 

@@ -126,10 +126,7 @@ impl MountArgs {
 /// The policy of the commands this mount runs, read before mounting so that a mistake
 /// in it stops the mount with its message.
 fn exec_policy(args: &MountArgs) -> anyhow::Result<LinuxPolicy> {
-    Ok(match &args.policy {
-        Some(path) => PolicyFile::load(path)?.linux_policy(),
-        None => LinuxPolicy::default(),
-    })
+    Ok(PolicyFile::linux_policy_at(args.policy.as_deref())?)
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {

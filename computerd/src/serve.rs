@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use computer_runtimes::linux::LinuxPolicy;
 use computer_runtimes::PolicyFile;
 use computer_sync::files::FileStreams;
 use computer_sync::rpc::{self, Address, ServeOptions, ServerSocket};
@@ -54,7 +53,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.connections_max == 0 {
         anyhow::bail!("--connections-max must be at least 1");
     }
-    let policy = exec_policy(&args)?;
+    // Read before anything starts, so that a mistake in it stops the server.
+    let policy = PolicyFile::linux_policy_at(args.policy.as_deref())?;
     // Held until this function returns, after the last handle on the database closed.
     let holder = Holder::me(Role::Serve {
         address: args.listen.clone(),
@@ -115,14 +115,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // The last handle: committing and checkpointing happen as it closes.
     drop(ws);
     Ok(ExitCode::SUCCESS)
-}
-
-/// The policy of the commands this server runs, read before anything starts.
-fn exec_policy(args: &ServeArgs) -> anyhow::Result<LinuxPolicy> {
-    Ok(match &args.policy {
-        Some(path) => PolicyFile::load(path)?.linux_policy(),
-        None => LinuxPolicy::default(),
-    })
 }
 
 /// Resolves once a signal asked the server to stop and its commands and replica are

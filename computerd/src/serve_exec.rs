@@ -19,7 +19,7 @@ use anyhow::Context;
 use computer_runtimes::linux::WorkspaceView;
 use computer_runtimes::SyncOutcome;
 
-use crate::exec::{run_quietly, sync_after, sync_before, UNMOUNT_WAIT};
+use crate::exec::{private_dir_named, run_quietly, sync_after, sync_before, UNMOUNT_WAIT};
 
 /// The server's replica, mounted on first use.
 pub struct ServedReplica {
@@ -49,8 +49,7 @@ impl ServedReplica {
     /// A replica of the workspace served at `address` (as bound: a wildcard host is
     /// dialled on the loopback), in a new private directory.
     pub fn new(address: &str, token: &[u8]) -> anyhow::Result<ServedReplica> {
-        let dir = std::env::temp_dir().join(format!("computerd-serve-{}", std::process::id()));
-        make_private_dir(&dir)?;
+        let dir = private_dir_named("computerd-serve")?;
         let cache = dir.join("replica.db");
         // In the private directory (0700), read by the replica daemon only.
         let token_file = dir.join("token");
@@ -209,16 +208,6 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("{}: cannot make", path.display()))?;
     file.write_all(bytes)
         .with_context(|| format!("{}: cannot write", path.display()))
-}
-
-fn make_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("{}: cannot make a private directory", dir.display()))?;
-    std::fs::create_dir(dir.join("workspace"))
-        .with_context(|| format!("{}: cannot make the mount point", dir.display()))
 }
 
 #[cfg(test)]

@@ -4,7 +4,11 @@
 use std::io::{Read, Write};
 use std::sync::Arc;
 
-use crate::error::Result;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::error::{Error, Result};
 use crate::exec::SyncOutcome;
 
 /// What a backend tells callers (and, later, a model) about itself.
@@ -78,4 +82,39 @@ pub trait Process: Send + Sync {
     fn kill_all(&self) -> Result<()>;
     /// Waits for the command to end: its exit status, or 128 + the signal that ended it.
     fn wait(&self) -> Result<i32>;
+}
+
+/// `signal` as a signal, or why not.
+pub(crate) fn signal_of(signal: i32) -> Result<Signal> {
+    Signal::try_from(signal).map_err(|_| Error::Invalid(format!("signal {signal}: not a signal")))
+}
+
+/// Waits for the child `pid` to end without reaping it, so that signals sent meanwhile
+/// cannot reach a reused pid; then, under `reaped`, runs `before_reap` (the pid still
+/// names the ended child), reaps it and marks it reaped. Its exit status, or 128 + the
+/// signal that ended it.
+pub(crate) fn wait_and_reap(
+    pid: Pid,
+    reaped: &std::sync::Mutex<bool>,
+    before_reap: impl FnOnce(),
+    what: &str,
+) -> Result<i32> {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+    loop {
+        match waitid(Id::Pid(pid), flags) {
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(err) => return Err(Error::io(format!("waiting for {what}"))(err.into())),
+        }
+    }
+    let mut reaped = reaped.lock().unwrap_or_else(|e| e.into_inner());
+    before_reap();
+    let status =
+        waitpid(pid, None).map_err(|err| Error::io(format!("reaping {what}"))(err.into()))?;
+    *reaped = true;
+    match status {
+        WaitStatus::Exited(_, code) => Ok(code),
+        WaitStatus::Signaled(_, signal, _) => Ok(128 + signal as i32),
+        other => Err(Error::Invalid(format!("unexpected wait status {other:?}"))),
+    }
 }

@@ -28,10 +28,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
+use crate::backend::{
+    signal_of, wait_and_reap, Backend, Connection, Description, Process, SpawnRequest, Spawned,
+};
 use crate::cgroup::{ExecCgroup, Limits};
 use crate::error::{Error, Result};
 use crate::exec::SyncOutcome;
@@ -714,8 +715,7 @@ impl Sandboxed {
 
 impl Process for Sandboxed {
     fn signal(&self, signal: i32) -> Result<()> {
-        let signal = Signal::try_from(signal)
-            .map_err(|_| Error::Invalid(format!("signal {signal}: not a signal")))?;
+        let signal = signal_of(signal)?;
         let reaped = self.reaped();
         if *reaped {
             return Ok(());
@@ -744,26 +744,10 @@ impl Process for Sandboxed {
     }
 
     fn wait(&self) -> Result<i32> {
-        // Wait without reaping, so signals sent meanwhile cannot reach a reused pid.
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-        loop {
-            match waitid(Id::Pid(self.bwrap), flags) {
-                Ok(_) => break,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(err) => return Err(Error::io("waiting for a sandbox")(err.into())),
-            }
-        }
-        let mut reaped = self.reaped();
-        let status =
-            waitpid(self.bwrap, None).map_err(|err| Error::io("reaping a sandbox")(err.into()))?;
-        *reaped = true;
+        let status = wait_and_reap(self.bwrap, &self.reaped, || {}, "a sandbox");
         // The namespace ended with bubblewrap: the group is empty, and goes.
         drop(self.cgroup.lock().unwrap_or_else(|e| e.into_inner()).take());
-        Ok(match status {
-            WaitStatus::Exited(_, code) => code,
-            WaitStatus::Signaled(_, signal, _) => 128 + signal as i32,
-            other => return Err(Error::Invalid(format!("unexpected wait status {other:?}"))),
-        })
+        status
     }
 }
 

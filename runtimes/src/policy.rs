@@ -50,6 +50,14 @@ pub struct LinuxSection {
 }
 
 impl PolicyFile {
+    /// The Linux backend's policy from the file at `path`, or the default without one.
+    pub fn linux_policy_at(path: Option<&Path>) -> Result<LinuxPolicy> {
+        Ok(match path {
+            Some(path) => PolicyFile::load(path)?.linux_policy(),
+            None => LinuxPolicy::default(),
+        })
+    }
+
     /// Reads and checks the policy file at `path`.
     pub fn load(path: &Path) -> Result<PolicyFile> {
         use std::io::Read;

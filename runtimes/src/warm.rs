@@ -30,11 +30,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use nix::sys::signal::Signal;
-use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::backend::{Process, Spawned};
+use crate::backend::{signal_of, wait_and_reap, Process, Spawned};
 use crate::cgroup::ExecCgroup;
 use crate::error::{Error, Result};
 
@@ -464,10 +462,6 @@ struct Joined {
 }
 
 impl Joined {
-    fn reaped(&self) -> std::sync::MutexGuard<'_, bool> {
-        self.reaped.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn cgroup(&self) -> Option<Arc<ExecCgroup>> {
         self.cgroup
             .lock()
@@ -478,8 +472,7 @@ impl Joined {
 
 impl Process for Joined {
     fn signal(&self, signal: i32) -> Result<()> {
-        let signal = Signal::try_from(signal)
-            .map_err(|_| Error::Invalid(format!("signal {signal}: not a signal")))?;
+        let signal = signal_of(signal)?;
         if let Some(cgroup) = self.cgroup() {
             cgroup.signal_all(signal);
         }
@@ -494,24 +487,14 @@ impl Process for Joined {
     }
 
     fn wait(&self) -> Result<i32> {
-        // Wait without reaping, so signals sent meanwhile cannot reach a reused pid.
-        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-        loop {
-            match waitid(Id::Pid(self.pid), flags) {
-                Ok(_) => break,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(err) => return Err(Error::io("waiting for a command")(err.into())),
-            }
-        }
-        let mut reaped = self.reaped();
         // Nothing the command started outlives it; then the group goes.
-        let cgroup = self.cgroup.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(cgroup) = cgroup {
-            cgroup.kill_all();
-        }
-        let status =
-            waitpid(self.pid, None).map_err(|err| Error::io("reaping a command")(err.into()))?;
-        *reaped = true;
+        let kill_the_rest = || {
+            let cgroup = self.cgroup.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(cgroup) = cgroup {
+                cgroup.kill_all();
+            }
+        };
+        let status = wait_and_reap(self.pid, &self.reaped, kill_the_rest, "a command");
         let sandbox = self
             .sandbox
             .lock()
@@ -520,10 +503,6 @@ impl Process for Joined {
         if let Some(sandbox) = sandbox {
             sandbox.finished_one();
         }
-        Ok(match status {
-            WaitStatus::Exited(_, code) => code,
-            WaitStatus::Signaled(_, signal, _) => 128 + signal as i32,
-            other => return Err(Error::Invalid(format!("unexpected wait status {other:?}"))),
-        })
+        status
     }
 }
