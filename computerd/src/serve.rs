@@ -98,8 +98,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         tracing::info!(db = %args.db.display(), %bound, "serving");
         let replica = Arc::new(ServedReplica::new(&bound.to_string(), &token)?);
-        // After the warm sandbox, whose view of the replica would keep it mounted.
-        replica.reap_when_idle(policy.sandbox_idle * 2);
         let _ = runtimes.set(exec_wire::linux_runtimes(replica.clone(), policy, &audited));
         let stop = stop_after_signal(runtimes, replica);
         rpc::serve(socket, authority, serve_options, stop).await;

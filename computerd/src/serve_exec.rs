@@ -6,14 +6,13 @@
 //! or lost): the bracket, as for `computerd exec --remote`, but with the replica warm.
 //!
 //! A replica that died is noticed before the next command (it is no longer a mount)
-//! and mounted again; the backend's connection, and its warm sandbox, go with it. One
-//! idle for twice the sandbox's idle time (the sandbox, whose view would keep the mount
-//! alive, is reaped first) is taken down, and mounted again by the next command.
+//! and mounted again; the backend's connection, and its warm sandbox, go with it. When
+//! the backend reaps its warm sandbox for idleness (whose view would have kept the mount
+//! alive), the replica is taken down too, and mounted again by the next command.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
 
 use anyhow::Context;
 use computer_runtimes::linux::WorkspaceView;
@@ -32,18 +31,10 @@ pub struct ServedReplica {
     mountpoint: PathBuf,
     cache: PathBuf,
     control: PathBuf,
-    /// Commands between their bracket's two halves, and when the last one ended; held
-    /// while mounting or reaping, so that neither happens under a command.
-    use_state: Mutex<Use>,
+    /// Commands between their bracket's two halves; held while mounting or taking down,
+    /// so that neither happens under a command.
+    running: Mutex<usize>,
 }
-
-struct Use {
-    running: usize,
-    last_used: Instant,
-}
-
-/// How often the reaper looks at the replica, at most.
-const REAP_INTERVAL_MAX: Duration = Duration::from_secs(1);
 
 impl ServedReplica {
     /// A replica of the workspace served at `address` (as bound: a wildcard host is
@@ -61,44 +52,12 @@ impl ServedReplica {
             control: crate::replica::control_path(&cache),
             cache,
             dir,
-            use_state: Mutex::new(Use {
-                running: 0,
-                last_used: Instant::now(),
-            }),
+            running: Mutex::new(0),
         })
     }
 
-    /// Takes the replica down once it has been idle for `idle`; returns when the
-    /// replica is gone.
-    pub fn reap_when_idle(self: &Arc<Self>, idle: Duration) {
-        let replica: Weak<ServedReplica> = Arc::downgrade(self);
-        let interval = (idle / 2).min(REAP_INTERVAL_MAX);
-        let reaper = move || {
-            while let Some(replica) = replica.upgrade() {
-                replica.reap_if_idle(idle);
-                drop(replica);
-                std::thread::sleep(interval);
-            }
-        };
-        let spawned = std::thread::Builder::new()
-            .name("replica-reaper".into())
-            .spawn(reaper);
-        if let Err(err) = spawned {
-            tracing::warn!("no reaper for the server's replica ({err}): it stays mounted");
-        }
-    }
-
-    fn reap_if_idle(&self, idle: Duration) {
-        let state = self.use_state();
-        if state.running > 0 || state.last_used.elapsed() < idle || !self.is_mounted() {
-            return;
-        }
-        tracing::info!("the server's replica was idle for {idle:?}; taking it down");
-        self.take_down();
-    }
-
-    fn use_state(&self) -> std::sync::MutexGuard<'_, Use> {
-        self.use_state.lock().unwrap_or_else(|e| e.into_inner())
+    fn running(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn is_mounted(&self) -> bool {
@@ -108,20 +67,19 @@ impl ServedReplica {
 
     /// Mounts the replica unless it is mounted, and counts a command in.
     fn enter(&self) -> anyhow::Result<()> {
-        let mut state = self.use_state();
+        let mut running = self.running();
         self.ensure_mounted()?;
-        state.running += 1;
+        *running += 1;
         Ok(())
     }
 
     /// Counts a command out.
     fn leave(&self) {
-        let mut state = self.use_state();
-        state.running = state.running.saturating_sub(1);
-        state.last_used = Instant::now();
+        let mut running = self.running();
+        *running = running.saturating_sub(1);
     }
 
-    /// Mounts the replica unless it is mounted (the caller holds the use state).
+    /// Mounts the replica unless it is mounted (the caller holds the count).
     fn ensure_mounted(&self) -> anyhow::Result<()> {
         if self.is_mounted() {
             return Ok(());
@@ -139,7 +97,7 @@ impl ServedReplica {
     /// Takes the replica down for good, while the server still answers its last push.
     /// Its directory goes only if nothing in the cache waits to be pushed.
     pub fn close(&self) {
-        let _state = self.use_state();
+        let _running = self.running();
         if self.is_mounted() && !self.take_down() {
             tracing::warn!(
                 cache = %self.cache.display(),
@@ -150,7 +108,7 @@ impl ServedReplica {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
-    /// Unmounts the replica after a last sync (the caller holds the use state);
+    /// Unmounts the replica after a last sync (the caller holds the count);
     /// whether everything had reached the server. The cache stays for the next mount.
     fn take_down(&self) -> bool {
         let synced = sync_after(&self.control) == SyncOutcome::Complete;
@@ -184,6 +142,14 @@ impl WorkspaceView for ServedReplica {
 
     fn is_alive(&self) -> bool {
         self.is_mounted()
+    }
+
+    fn idle(&self) {
+        let running = self.running();
+        if *running == 0 && self.is_mounted() {
+            tracing::info!("the server's sandbox was idle; taking its replica down");
+            self.take_down();
+        }
     }
 }
 

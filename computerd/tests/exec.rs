@@ -425,8 +425,8 @@ fn the_trail_is_not_read_without_the_token() {
     assert!(!text(&out.stderr).is_empty());
 }
 
-/// The server's replica, idle for twice the sandbox's idle time, is taken down, and the
-/// next command mounts it again and finds the workspace as it was.
+/// The server's replica is taken down with its idle sandbox, and the next command mounts
+/// it again and finds the workspace as it was.
 #[test]
 fn the_servers_replica_is_reaped_when_idle_and_comes_back() {
     let dir = tempfile::tempdir().unwrap();

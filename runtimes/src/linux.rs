@@ -196,6 +196,11 @@ pub trait WorkspaceView: Send + Sync {
     fn is_alive(&self) -> bool {
         true
     }
+    /// The warm sandbox was reaped for idleness: nothing of the backend holds the view
+    /// now, and a view holding something costly (a replica mount) may let it go, to
+    /// bring it back at the next `before_exec`. A command may be between its own
+    /// `before_exec` and its start: the view must not let go under it.
+    fn idle(&self) {}
 }
 
 /// A directory that is the authoritative workspace itself (its owner's own mount, or a
@@ -262,7 +267,8 @@ impl Backend for LinuxBackend {
         });
         connection.probe()?;
         if self.policy.warm {
-            reap_when_idle(Arc::downgrade(&connection.warm), self.policy.sandbox_idle);
+            let (slot, view) = (Arc::downgrade(&connection.warm), self.view.clone());
+            reap_when_idle(slot, view, self.policy.sandbox_idle);
         }
         Ok(connection)
     }
@@ -277,23 +283,20 @@ struct LinuxConnection {
     warm: Arc<WarmSlot>,
 }
 
-/// Ends the warm sandbox of `slot` once it has been idle for `idle`, or died; returns
-/// when the connection is gone.
-fn reap_when_idle(slot: std::sync::Weak<WarmSlot>, idle: Duration) {
+/// Ends the warm sandbox of `slot` once it has been idle for `idle` (then tells `view`
+/// it is idle), or died; returns when the connection is gone.
+fn reap_when_idle(slot: std::sync::Weak<WarmSlot>, view: Arc<dyn WorkspaceView>, idle: Duration) {
     let interval = (idle / 2).min(REAP_INTERVAL_MAX);
     let reaper = move || {
         while let Some(slot) = slot.upgrade() {
-            let reaped = {
+            let (reaped, idled) = {
                 let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
-                let due = slot.as_ref().is_some_and(|sandbox| {
-                    !sandbox.is_alive()
-                        || sandbox.idle_for().is_some_and(|idle_for| idle_for >= idle)
+                let dead = slot.as_ref().is_some_and(|sandbox| !sandbox.is_alive());
+                let idled = slot.as_ref().is_some_and(|sandbox| {
+                    sandbox.idle_for().is_some_and(|idle_for| idle_for >= idle)
                 });
-                if due {
-                    slot.take()
-                } else {
-                    None
-                }
+                let reaped = if dead || idled { slot.take() } else { None };
+                (reaped, idled)
             };
             // Ended outside the lock: a command may start another meanwhile.
             if reaped.is_some() {
@@ -301,6 +304,9 @@ fn reap_when_idle(slot: std::sync::Weak<WarmSlot>, idle: Duration) {
             }
             drop(reaped);
             drop(slot);
+            if idled {
+                view.idle();
+            }
             std::thread::sleep(interval);
         }
     };
