@@ -15,10 +15,12 @@
 //! record in the workspace's audit trail. Output arrives by long-polled `events` calls;
 //! a signal to this command (Ctrl-C, SIGTERM) becomes a `kill` of the exec.
 //!
-//! With `--remote ADDR` the command runs here, in a sandbox over a replica mount of the
-//! served workspace (its cache in a private directory, or `--cache DB`), synced with the
-//! server before the command (or it does not run) and after it (complete, pending or
-//! lost).
+//! With `--remote ADDR` the command goes to the server at ADDR the same way, with the
+//! server's token: `computerd serve` runs it in its sandbox over a replica of its own,
+//! kept warm between commands. With `--remote ADDR --replica` it runs here instead, in a
+//! sandbox over a replica mount of the served workspace (its cache in a private
+//! directory, or `--cache DB`), synced with the server before the command (or it does
+//! not run) and after it (complete, pending or lost).
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -48,6 +50,8 @@ pub(crate) const UNMOUNT_WAIT: Duration = owner::OWNER_WAIT;
 const EVENTS_WAIT: Duration = Duration::from_secs(10);
 /// How long the end of a command waits for its sandbox to go.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
+/// Names tried for a private directory before giving up.
+const PRIVATE_DIR_TRIES: u32 = 100;
 /// The longest wait for a replica's sync with its server, before and after a command.
 const SYNC_WAIT: Duration = Duration::from_secs(60);
 
@@ -60,16 +64,20 @@ pub struct ExecArgs {
         conflicts_with = "remote"
     )]
     db: Option<PathBuf>,
-    /// Run on the workspace served at ADDR (a Unix socket path, or tcp:HOST:PORT),
-    /// through a replica mount synced before and after the command.
+    /// Run on the workspace served at ADDR (a Unix socket path, or tcp:HOST:PORT): the
+    /// server runs the command, in its sandbox over a replica it keeps warm.
     #[arg(long, value_name = "ADDR")]
     remote: Option<String>,
+    /// With --remote: run the command here instead, in a sandbox over a replica mount of
+    /// the served workspace, synced before and after the command.
+    #[arg(long, requires = "remote")]
+    replica: bool,
     /// With --remote: the file holding the server's token (else $COMPUTERD_TOKEN).
     #[arg(long, value_name = "FILE", requires = "remote")]
     token_file: Option<PathBuf>,
-    /// With --remote: keep the replica in this database, so that the next exec starts
+    /// With --replica: keep the replica in this database, so that the next exec starts
     /// from it (default: a fresh one, removed once the command's changes are synced).
-    #[arg(long, value_name = "DB", requires = "remote")]
+    #[arg(long, value_name = "DB", requires = "replica")]
     cache: Option<PathBuf>,
     /// The backend to run it (default: the first registered, `linux`).
     #[arg(long, value_name = "ID")]
@@ -85,7 +93,8 @@ pub struct ExecArgs {
     #[arg(long = "env", value_name = "NAME=VALUE")]
     env: Vec<String>,
     /// The sandbox's policy: a TOML file with a [linux] table (network, env_allow,
-    /// read_only, timeout_seconds, processes, memory_mib; docs/RUNTIMES.md).
+    /// read_only, timeout_seconds, processes, memory_mib; docs/RUNTIMES.md). Not for a
+    /// workspace mounted or served, whose owner's policy applies.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
     /// The command, run by `sh -c`; its words are joined by spaces, as ssh joins them.
@@ -104,34 +113,49 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         caller: None,
     };
     let script = args.command.join(" ");
-    if let Some(address) = &args.remote {
-        let policy = PolicyFile::linux_policy_at(args.policy.as_deref())?;
-        let replica = Arc::new(ReplicaView::mount(address, &args)?);
-        let result = run_in(replica.clone(), policy, &script, options);
-        replica.finish(result.as_ref().ok())?;
-        return Ok(report(&result?));
+    match (&args.remote, args.db.as_deref()) {
+        (Some(address), _) if args.replica => {
+            let policy = PolicyFile::linux_policy_at(args.policy.as_deref())?;
+            let replica = Arc::new(ReplicaView::mount(address, &args)?);
+            let result = run_in(replica.clone(), policy, &script, options);
+            replica.finish(result.as_ref().ok())?;
+            Ok(report(&result?))
+        }
+        (Some(address), _) => {
+            if let Some(policy) = &args.policy {
+                bail!(
+                    "--policy {}: the server's policy applies to the commands it runs \
+                     (computerd serve --policy); with --replica the command runs here",
+                    policy.display()
+                );
+            }
+            let address = crate::remote::address(address)?;
+            let token = crate::remote::read_token(args.token_file.as_deref())?;
+            Ok(report(&run_on_owner(&address, &token, &script, &options)?))
+        }
+        (None, Some(db)) => {
+            let owner = Owner::for_db(db, args.policy.as_deref())?;
+            let address = Address::Unix(owner.channel.socket.clone());
+            let token = owner.channel.token.as_bytes();
+            let result = run_on_owner(&address, token, &script, &options);
+            owner.finish()?;
+            Ok(report(&result?))
+        }
+        (None, None) => unreachable!("clap requires DB or --remote"),
     }
-    let db = args
-        .db
-        .as_deref()
-        .expect("clap requires DB without --remote");
-    let owner = Owner::for_db(db, args.policy.as_deref())?;
-    let result = run_on_owner(&owner.channel, &script, &options);
-    owner.finish()?;
-    Ok(report(&result?))
 }
 
-/// Runs `script` in the process that owns the workspace, through its channel, and
-/// streams its output to ours. A signal to this process is passed on to the command.
+/// Runs `script` in the process that owns the workspace, at `address`, and streams its
+/// output to ours. A signal to this process is passed on to the command.
 fn run_on_owner(
-    channel: &owner::Channel,
+    address: &Address,
+    token: &[u8],
     script: &str,
     options: &ExecOptions,
 ) -> anyhow::Result<ExecResult> {
     let signals = termination_signals();
     signals.thread_block().context("blocking signals")?;
-    let address = Address::Unix(channel.socket.clone());
-    let files = RemoteFiles::connect(&address, channel.token.as_bytes())?;
+    let files = RemoteFiles::connect(address, token)?;
     let upstream = files.upstream().clone();
     let (to_kill, mut kills) = tokio::sync::mpsc::unbounded_channel::<i32>();
     std::thread::spawn(move || {
@@ -162,7 +186,7 @@ fn run_on_owner(
     ran.map_err(|err| match err.downcast::<computer_sync::Error>() {
         // The owner's refusal, which says what was refused.
         Ok(computer_sync::Error::File { message, .. }) => anyhow!(message),
-        Ok(err) => crate::fs_files::connection_error(&address, err),
+        Ok(err) => crate::fs_files::connection_error(address, err),
         Err(err) => err,
     })
 }
@@ -516,14 +540,23 @@ impl WorkspaceView for ReplicaView {
     }
 }
 
-/// The first half of a replica's bracket: the replica daemon at `control` syncs with
-/// its server, or the command does not run.
+/// The first half of a replica's bracket: the replica daemon at `control` pulls what
+/// its server has, or the command does not run. Only the pull must be complete: the
+/// command must see the workspace as it is, but changes of earlier commands that wait
+/// to be pushed (for room on a full disk, say) must not stop the one that frees it.
 pub(crate) fn sync_before(control: &Path) -> computer_runtimes::Result<()> {
     let not_synced = |why: String| computer_runtimes::Error::NotSynced(why);
     let answer = ask_sync(control).map_err(|err| not_synced(format!("{err:#}")))?;
-    match answer.kind.as_str() {
-        "complete" => Ok(()),
-        kind => Err(not_synced(format!("{kind}: {}", answer.reason))),
+    match (answer.kind.as_str(), answer.field("pulled")) {
+        ("complete", _) => Ok(()),
+        ("pending", "yes") => {
+            tracing::info!(
+                "earlier changes wait to be pushed ({}); the command runs on what was pulled",
+                answer.reason
+            );
+            Ok(())
+        }
+        (kind, _) => Err(not_synced(format!("{kind}: {}", answer.reason))),
     }
 }
 
@@ -559,15 +592,29 @@ fn private_dir() -> anyhow::Result<PathBuf> {
     private_dir_named("computerd-exec")
 }
 
-/// `PREFIX-PID` in the temporary directory (0700), with an empty `workspace` inside
-/// for a mount point.
+/// A new directory of this process's own in the temporary directory (0700), with an
+/// empty `workspace` inside for a mount point: `PREFIX-PID`, or `PREFIX-PID.N` when a
+/// process that had our pid before left one (it may hold a cache not yet pushed).
 pub(crate) fn private_dir_named(prefix: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("{}: cannot make a private directory", dir.display()))?;
+    let base = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    let mut dir = base.clone();
+    for n in 1..=PRIVATE_DIR_TRIES {
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => break,
+            Err(err)
+                if err.kind() == std::io::ErrorKind::AlreadyExists && n < PRIVATE_DIR_TRIES =>
+            {
+                let mut name = base.clone().into_os_string();
+                name.push(format!(".{n}"));
+                dir = name.into();
+            }
+            Err(err) => {
+                return Err(err)
+                    .with_context(|| format!("{}: cannot make a private directory", dir.display()))
+            }
+        }
+    }
     std::fs::create_dir(dir.join("workspace"))
         .with_context(|| format!("{}: cannot make the mount point", dir.display()))?;
     Ok(dir)

@@ -10,7 +10,9 @@
 //!
 //! The control socket speaks one line each way. Requests: `sync TIMEOUT_MS`,
 //! `wait INTENT TIMEOUT_MS`. Answers: the outcome's name (`complete`, `pending`,
-//! `lost`, `refused`), then `key=value` fields, `reason=` last (it holds spaces).
+//! `lost`, `refused`), then `key=value` fields, `reason=` last (it holds spaces). A
+//! pending answer says with `pulled=yes` that the attempt brought everything the server
+//! had: only this replica's own changes wait.
 
 use computer_vfs::Who;
 use std::ffi::OsStr;
@@ -375,9 +377,11 @@ fn render(outcome: &SyncOutcome) -> String {
             reason,
             failures,
             retry_in,
+            pulled,
         } => format!(
-            "pending intent={intent} failures={failures} retry_in_ms={} reason={}",
+            "pending intent={intent} failures={failures} retry_in_ms={} pulled={} reason={}",
             retry_in.map_or(-1, |d| d.as_millis() as i64),
+            if *pulled { "yes" } else { "no" },
             one_line(reason)
         ),
         SyncOutcome::Lost { intent, reason } => {

@@ -24,7 +24,9 @@ use crate::exec::{private_dir_named, run_quietly, sync_after, sync_before, UNMOU
 pub struct ServedReplica {
     /// The server's address, as the replica dials it.
     address: String,
-    /// A file of the server's token, for the replica to present.
+    /// The server's token, for the replica to present.
+    token: Vec<u8>,
+    /// Where the token is written for the replica daemon to read as it starts.
     token_file: PathBuf,
     /// A directory of the server's own: the mount point and the cache.
     dir: PathBuf,
@@ -42,12 +44,10 @@ impl ServedReplica {
     pub fn new(address: &str, token: &[u8]) -> anyhow::Result<ServedReplica> {
         let dir = private_dir_named("computerd-serve")?;
         let cache = dir.join("replica.db");
-        // In the private directory (0700), read by the replica daemon only.
-        let token_file = dir.join("token");
-        write_private(&token_file, token)?;
         Ok(ServedReplica {
             address: dialable(address),
-            token_file,
+            token: token.to_vec(),
+            token_file: dir.join("token"),
             mountpoint: dir.join("workspace"),
             control: crate::replica::control_path(&cache),
             cache,
@@ -91,7 +91,13 @@ impl ServedReplica {
             .args([self.cache.as_os_str(), self.mountpoint.as_os_str()])
             .args(["--daemon", "--quiet", "--token-file"])
             .arg(&self.token_file);
-        run_quietly(&mut mount, "mounting the server's replica")
+        // In the private directory (0700), and only while the daemon starts (it keeps
+        // what it read): a server killed later leaves no secret behind.
+        let _ = std::fs::remove_file(&self.token_file);
+        write_private(&self.token_file, &self.token)?;
+        let mounted = run_quietly(&mut mount, "mounting the server's replica");
+        let _ = std::fs::remove_file(&self.token_file);
+        mounted
     }
 
     /// Takes the replica down for good, while the server still answers its last push.

@@ -112,43 +112,49 @@ fn environment_stdin_and_timeout() {
     assert!(text(&missing.stderr).contains("no such workspace database"));
 }
 
-/// With --remote, the sandbox works in a replica of the served workspace: it sees what
-/// the server held when exec was called, and what it writes (1,000 small files, 64 MiB)
-/// is on the server when exec returns.
+/// With --remote, the server runs the command in its replica; with --replica as well,
+/// it runs here over a replica mount of our own. Either way the sandbox sees what the
+/// server held when exec was called, and what it writes (1,000 small files, 64 MiB) is
+/// on the server when exec returns.
 #[test]
 fn a_served_workspace_through_a_replica() {
     let server = common::Server::start();
     server.fs_ok(&["write", "/f.txt"], b"from the server\n");
     let token = server.token_file.to_str().unwrap();
-    let script = "cat f.txt; mkdir many && for i in $(seq 1000); do echo $i > many/$i; done; \
-                  head -c 64M /dev/urandom > big; sha256sum < big > big.sha";
-    let out = computerd([
-        "exec",
-        "--remote",
-        &server.address,
-        "--token-file",
-        token,
-        "--",
-        script,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        server.server_log()
-    );
-    assert_eq!(text(&out.stdout), "from the server\n");
+    for (dir, extra) in [("here", &["--replica"][..]), ("there", &[][..])] {
+        let script = format!(
+            "cat f.txt; mkdir {dir} && for i in $(seq 1000); do echo $i > {dir}/$i; done; \
+             head -c 64M /dev/urandom > {dir}/big; sha256sum < {dir}/big > {dir}/big.sha"
+        );
+        let mut args = vec!["exec", "--remote", &server.address, "--token-file", token];
+        args.extend(extra);
+        args.extend(["--", &script]);
+        let out = computerd(args);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}\n{}",
+            text(&out.stderr),
+            server.server_log()
+        );
+        assert_eq!(text(&out.stdout), "from the server\n");
 
-    let listed = server.fs_ok(&["ls", "/many"], b"");
-    assert_eq!(text(&listed).lines().count(), 1000);
-    let big = server.fs_ok(&["cat", "/big"], b"");
-    assert_eq!(big.len(), 64 << 20);
-    let mut sum = Command::new("sha256sum");
-    let summed = run_with_stdin(&mut sum, &big);
-    assert_eq!(
-        text(&server.fs_ok(&["cat", "/big.sha"], b"")),
-        text(&summed.stdout)
-    );
+        let listed = server.fs_ok(&["ls", &format!("/{dir}")], b"");
+        assert_eq!(text(&listed).lines().count(), 1002);
+        let big = server.fs_ok(&["cat", &format!("/{dir}/big")], b"");
+        assert_eq!(big.len(), 64 << 20);
+        let mut sum = Command::new("sha256sum");
+        let summed = run_with_stdin(&mut sum, &big);
+        assert_eq!(
+            text(&server.fs_ok(&["cat", &format!("/{dir}/big.sha")], b"")),
+            text(&summed.stdout)
+        );
+    }
+    // The server's own record says who ran what: the command it ran for a client, by
+    // the client's address; not the one run here, which the trail of this machine's
+    // replica kept.
+    let records = audit_json(&server.db);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(records[0]["script"].as_str().unwrap().contains("there"));
 }
 
 /// --policy: a read-only path is read-only in the sandbox; a mistake in the file is one
@@ -197,8 +203,8 @@ impl Drop for Unmounts {
     }
 }
 
-/// The server killed while the command runs: exec says the changes are pending (exit
-/// 75) and keeps the replica's cache; once the server is back, mounting that cache
+/// The server killed while the command runs here (--replica): exec says the changes
+/// are pending (exit 75) and keeps the replica's cache; once the server is back, mounting that cache
 /// pushes them and the sync completes.
 #[test]
 fn a_server_killed_mid_command_leaves_the_sync_pending_then_complete() {
@@ -210,6 +216,7 @@ fn a_server_killed_mid_command_leaves_the_sync_pending_then_complete() {
             "exec",
             "--remote",
             &server.address,
+            "--replica",
             "--token-file",
             &token,
             "--",
@@ -397,6 +404,10 @@ fn a_served_database_runs_commands_in_a_replica_of_the_server() {
 
     let replica_dir = std::env::temp_dir().join(format!("computerd-serve-{}", server.pid()));
     assert!(replica_dir.join("workspace").is_dir());
+    assert!(
+        !replica_dir.join("token").exists(),
+        "the token stayed on disk after the replica started"
+    );
     server.stop();
     assert!(!replica_dir.exists(), "the server's replica outlived it");
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -463,4 +474,45 @@ fn the_servers_replica_is_reaped_when_idle_and_comes_back() {
         text(&out.stderr),
         server.server_log()
     );
+}
+
+/// The disk of the server's replica fills up: the command that filled it learns ENOSPC
+/// and its sync is pending (its file cannot be stored to be pushed), but the next
+/// command still runs on what the replica pulled, and its `rm` frees the disk; the sync
+/// then completes, and the server never saw the file that did not fit.
+#[test]
+fn a_full_disk_under_the_servers_replica_does_not_stop_the_next_command() {
+    let disk = common::SmallDisk::mount("160m");
+    let tmp = disk.path().to_str().unwrap().to_owned();
+    let server = common::Server::start_with_env(&[("TMPDIR", &tmp)]);
+    server.fs_ok(&["write", "/kept.txt"], b"kept\n");
+
+    let out = exec(
+        &server.db,
+        &[],
+        "head -c 300000000 /dev/zero | tr '\\0' x > big 2>/dev/null; echo wrote $?",
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "wrote 1\n");
+    assert!(
+        text(&out.stderr).contains("no space"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The server moves on meanwhile: a deletion, which needs no room to pull.
+    server.fs_ok(&["rm", "/kept.txt"], b"");
+    let out = exec(&server.db, &[], "rm big; ls");
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), String::new()),
+        "{}{}",
+        text(&out.stderr),
+        server.server_log()
+    );
+    let out = exec(&server.db, &[], "echo after > after.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(server.fs_ok(&["cat", "/after.txt"], b""), b"after\n");
+    let listed = server.fs_ok(&["ls", "/"], b"");
+    assert_eq!(text(&listed).trim(), "after.txt");
 }

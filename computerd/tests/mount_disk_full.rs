@@ -8,44 +8,8 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
 
-use common::Mount;
-
-/// A tmpfs of `size` (as `mount -o size=` takes it) on a fresh directory; detached on
-/// drop, after the FUSE mount made inside it (declare it first).
-struct SmallDisk {
-    dir: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    fn mount(size: &str) -> SmallDisk {
-        let dir = tempfile::Builder::new()
-            .prefix("computerd-small-disk-")
-            .tempdir()
-            .unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .expect("running mount");
-        assert!(status.success(), "mount -t tmpfs failed: {status}");
-        SmallDisk { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
-}
+use common::{Mount, SmallDisk};
 
 #[test]
 fn a_full_disk_says_enospc_and_loses_nothing() {

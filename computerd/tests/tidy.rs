@@ -23,11 +23,11 @@ const FUNCTION_LINES_MAX: usize = 70;
 /// The functions longer than [`FUNCTION_LINES_MAX`] when this rule came (issue 14), at
 /// their length then: (file, function, lines). Only ever lowered.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("sync/src/follow.rs", "run", 175),
+    ("sync/src/follow.rs", "run", 159),
     ("computerd/src/mount.rs", "mount_and_wait", 112),
     ("computerd/src/fs_ops.rs", "file_operation", 139),
     ("vfs/src/peers.rs", "plan", 145),
-    ("vfs/src/peers.rs", "apply_part", 95),
+    ("vfs/src/peers.rs", "apply_part", 80),
     ("vfs/src/db/mod.rs", "write", 91),
     ("vfs/src/workspace.rs", "rename", 100),
     ("vfs/src/content.rs", "apply", 98),
@@ -46,7 +46,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
         85,
     ),
     ("vfs/src/log.rs", "revision", 82),
-    ("vfs/src/changes.rs", "apply_changes_with", 71),
     ("vfs/src/changes_full_scan.rs", "collect_candidates", 74),
     ("vfs/src/log.rs", "page", 73),
     ("vfs/src/peers.rs", "meet", 71),

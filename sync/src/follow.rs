@@ -136,6 +136,9 @@ pub enum SyncOutcome {
         reason: String,
         failures: u32,
         retry_in: Option<Duration>,
+        /// The attempt pulled everything the server had: this replica is up to date
+        /// with it, and only its own changes wait (say, for room to store them).
+        pulled: bool,
     },
     /// The changes can never reach the server: the replica that held them is gone, or
     /// the server gave this replica's peer name to another.
@@ -299,6 +302,7 @@ impl SyncClient {
                 reason: format!("reading the local revision: {err}"),
                 failures: 0,
                 retry_in: None,
+                pulled: false,
             },
         }
     }
@@ -322,6 +326,7 @@ impl SyncClient {
             reason: reason.to_owned(),
             failures: 0,
             retry_in: None,
+            pulled: false,
         };
         if self.requests.send(Request::Sync(waiter)).is_err() {
             return pending("the sync loop has stopped");
@@ -380,6 +385,15 @@ enum Failure {
     Replaced(String),
     /// Refused: retry slowly, someone must act.
     Refused(String),
+}
+
+/// An attempt that failed, and how far it got.
+struct AttemptFailed {
+    failure: Failure,
+    /// The cursors moved before it failed.
+    progressed: bool,
+    /// The pull was complete: only the push failed.
+    pulled: bool,
 }
 
 impl Failure {
@@ -449,7 +463,11 @@ impl Follow {
                         }
                         self.answer_done(&mut waiters, &report);
                     }
-                    Err((failure, progressed)) => {
+                    Err(AttemptFailed {
+                        failure,
+                        progressed,
+                        pulled,
+                    }) => {
                         connection = None;
                         if progressed {
                             backoff.progress();
@@ -480,30 +498,9 @@ impl Follow {
                                 });
                             }
                             Failure::Transient(reason) => {
-                                let next = backoff.failed();
-                                let failures = backoff.failures();
-                                let (retry_in, delay) = match next {
-                                    Next::RetryAfter(delay) => (Some(delay), delay),
-                                    Next::GiveUp => {
-                                        tracing::warn!(
-                                            "sync failed {failures} times: the pending sync is \
-                                             given up (its changes stay here; trying again \
-                                             every {:?}): {reason}",
-                                            self.options.retry.max_delay
-                                        );
-                                        // The count starts over for the next pending sync.
-                                        backoff.progress();
-                                        (None, self.options.retry.max_delay)
-                                    }
-                                };
-                                tracing::info!("sync pending, retry in {delay:?}: {reason}");
+                                let delay =
+                                    self.pending(&reason, pulled, &mut backoff, &mut waiters);
                                 not_before = Instant::now() + delay;
-                                self.set_status(|s| {
-                                    s.connected = false;
-                                    s.last_error = Some(reason.clone());
-                                    s.failures = failures;
-                                });
-                                self.answer_pending(&mut waiters, &reason, failures, retry_in);
                             }
                         }
                     }
@@ -548,6 +545,7 @@ impl Follow {
                             reason: "the replica is stopping".into(),
                             failures: 0,
                             retry_in: None,
+                            pulled: false,
                         });
                         let _ = done.try_send(());
                         return;
@@ -625,13 +623,16 @@ impl Follow {
         )
     }
 
-    /// Connects if needed and syncs once. Reports whether the cursors moved, even on
-    /// failure (progress resets the backoff).
+    /// Connects if needed and syncs once: pulls, then pushes. Reports whether the
+    /// cursors moved, even on failure (progress resets the backoff), and on failure
+    /// whether the pull was complete.
     async fn attempt(
         &self,
         connection: &mut Option<Connected>,
-    ) -> Result<(SyncReport, bool), (Failure, bool)> {
+    ) -> Result<(SyncReport, bool), AttemptFailed> {
         let before = self.cursors();
+        let mut report = SyncReport::default();
+        let mut pulled = false;
         let outcome = async {
             if connection.is_none() {
                 *connection = Some(self.connect().await?);
@@ -640,13 +641,20 @@ impl Follow {
             let Some(connected) = connection.as_ref() else {
                 unreachable!("connected just above");
             };
-            connected.replica.sync(&connected.upstream).await
+            let (replica, upstream) = (&connected.replica, &connected.upstream);
+            replica.pull(upstream, &mut report).await?;
+            pulled = true;
+            replica.push(upstream, &mut report).await
         }
         .await;
         let progressed = self.cursors() != before;
         match outcome {
-            Ok(report) => Ok((report, progressed)),
-            Err(error) => Err((Failure::of(error), progressed)),
+            Ok(()) => Ok((report, progressed)),
+            Err(error) => Err(AttemptFailed {
+                failure: Failure::of(error),
+                progressed,
+                pulled,
+            }),
         }
     }
 
@@ -748,12 +756,47 @@ impl Follow {
         });
     }
 
+    /// After a transient failure: counts it, tells the waiters for this attempt that
+    /// their sync is pending, and returns how long to wait before the next.
+    fn pending(
+        &self,
+        reason: &str,
+        pulled: bool,
+        backoff: &mut Backoff,
+        waiters: &mut Vec<Waiter>,
+    ) -> Duration {
+        let next = backoff.failed();
+        let failures = backoff.failures();
+        let (retry_in, delay) = match next {
+            Next::RetryAfter(delay) => (Some(delay), delay),
+            Next::GiveUp => {
+                tracing::warn!(
+                    "sync failed {failures} times: the pending sync is given up (its changes \
+                     stay here; trying again every {:?}): {reason}",
+                    self.options.retry.max_delay
+                );
+                // The count starts over for the next pending sync.
+                backoff.progress();
+                (None, self.options.retry.max_delay)
+            }
+        };
+        tracing::info!("sync pending, retry in {delay:?}: {reason}");
+        self.set_status(|s| {
+            s.connected = false;
+            s.last_error = Some(reason.to_owned());
+            s.failures = failures;
+        });
+        self.answer_pending(waiters, reason, failures, retry_in, pulled);
+        delay
+    }
+
     fn answer_pending(
         &self,
         waiters: &mut Vec<Waiter>,
         reason: &str,
         failures: u32,
         retry_in: Option<Duration>,
+        pulled: bool,
     ) {
         waiters.retain(|w| {
             if !w.first_attempt {
@@ -764,6 +807,7 @@ impl Follow {
                 reason: reason.to_owned(),
                 failures,
                 retry_in,
+                pulled,
             });
             false
         });
@@ -786,6 +830,7 @@ impl Follow {
                 },
                 failures: backoff.failures(),
                 retry_in: None,
+                pulled: false,
             });
             false
         });
@@ -814,10 +859,10 @@ impl Follow {
         match tokio::time::timeout(self.options.final_sync_timeout, self.attempt(connection)).await
         {
             Ok(Ok(_)) => tracing::info!("pushed the last changes before stopping"),
-            Ok(Err((
-                Failure::Transient(why) | Failure::Refused(why) | Failure::Replaced(why),
-                _,
-            ))) => {
+            Ok(Err(AttemptFailed {
+                failure: Failure::Transient(why) | Failure::Refused(why) | Failure::Replaced(why),
+                ..
+            })) => {
                 tracing::warn!("could not push the last changes before stopping (they stay in the cache and sync at the next start): {why}")
             }
             Err(_) => tracing::warn!(

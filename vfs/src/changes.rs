@@ -35,6 +35,32 @@ pub use crate::change_page::{
 #[path = "changes_full_scan.rs"]
 pub(crate) mod full_scan;
 
+/// Takes a reference on each of `hashes` stored here; returns their ids.
+fn retain_stored(txn: &WriteTxn<'_>, hashes: &[BlockHash]) -> Result<Vec<i64>> {
+    let mut ids = Vec::new();
+    for hash in hashes {
+        if let Some(id) = content::retain_by_hash(txn, hash)? {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// What a batch applied from another workspace must pass before it lands.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Admission {
+    /// As any local change: the quota and the disk's reserve. A peer's push, a batch a
+    /// caller applies.
+    Checked,
+    /// A pull of the upstream's changes, which the upstream already holds: refusing them
+    /// here would leave the replica unable to sync at all once its disk fills (and so
+    /// unable to take the deletions that would free it). Its bookkeeping and metadata
+    /// may draw on the reserve; content still needs room, which fetching the blocks
+    /// checks (`put_blocks`); a staged file the disk has no room to ingest stays
+    /// staged, a local change the pull's plan counts as such.
+    FromUpstream,
+}
+
 impl Workspace {
     /// The state of every path that changed after `cursor`, in (revision, path) order,
     /// at most `entries_max` entries and about `bytes_max` bytes of file content (at
@@ -150,6 +176,7 @@ impl Workspace {
     /// nothing. Returns how many paths changed.
     pub fn apply_changes(&self, entries: &[ChangeEntry], blocks: &[StoredBlock]) -> Result<usize> {
         let applied = self.apply_changes_with(
+            Admission::Checked,
             blocks,
             &[],
             |_| Ok(Ok::<_, ()>(entries.to_vec())),
@@ -171,6 +198,7 @@ impl Workspace {
     /// ([`Workspace::release_held`]).
     pub(crate) fn apply_changes_with<T>(
         &self,
+        admission: Admission,
         blocks: &[StoredBlock],
         hold: &[BlockHash],
         plan: impl FnOnce(&WriteTxn<'_>) -> Result<std::result::Result<Vec<ChangeEntry>, T>>,
@@ -182,10 +210,16 @@ impl Workspace {
         let supplied: HashMap<BlockHash, &StoredBlock> =
             blocks.iter().map(|b| (b.hash, b)).collect();
         self.commit_all()?;
-        self.settle_staged()?;
+        match admission {
+            Admission::Checked => self.settle_staged()?,
+            Admission::FromUpstream => self.settle_staged_where_room()?,
+        }
         let now = self.now();
         let cache = self.block_cache();
         self.db().write(|txn| {
+            if admission == Admission::FromUpstream {
+                txn.skip_quota();
+            }
             let entries = match plan(txn)? {
                 Ok(entries) => entries,
                 Err(other) => {
@@ -195,22 +229,8 @@ impl Workspace {
             };
             // Pin every stored block the batch refers to: an earlier entry (the old name
             // of a moved file, say) must not free a block a later one reuses.
-            let mut pinned = Vec::new();
-            for entry in &entries {
-                if let EntryState::File { blocks, .. } = &entry.state {
-                    for block in blocks.iter().filter(|b| !b.is_hole()) {
-                        if let Some(id) = content::retain_by_hash(txn, &block.hash)? {
-                            pinned.push(id);
-                        }
-                    }
-                }
-            }
-            let mut held_for_later = Vec::new();
-            for hash in hold {
-                if let Some(id) = content::retain_by_hash(txn, hash)? {
-                    held_for_later.push(id);
-                }
-            }
+            let pinned = retain_stored(txn, &file_blocks(&entries))?;
+            let held_for_later = retain_stored(txn, hold)?;
             let mut changed = 0;
             for entry in &entries {
                 if apply_entry(self, txn, cache, entry, &supplied, now)? {

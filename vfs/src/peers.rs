@@ -36,10 +36,11 @@
 //! the remover).
 
 use crate::access::Who;
+use crate::db::WriteTxn;
 use rusqlite::Connection;
 
 use crate::block::BlockHash;
-use crate::changes::{self, ChangeEntry, ChangePage, Cursor, EntryState, StoredBlock};
+use crate::changes::{self, Admission, ChangeEntry, ChangePage, Cursor, EntryState, StoredBlock};
 use crate::error::{Error, Result};
 use crate::peer_rows::{self, PeerState};
 use crate::store;
@@ -536,6 +537,40 @@ enum Authority {
     Theirs,
 }
 
+/// In the transaction that applied a peer's batch: the peer's changes through `through`
+/// are applied here, as of our revision now (the one the batch takes, or the last one
+/// when it changed nothing).
+fn record_applied(
+    txn: &WriteTxn<'_>,
+    peer: &str,
+    replica_id: &str,
+    through: &Cursor,
+) -> Result<()> {
+    let mut state = fenced(txn, peer, replica_id)?;
+    if !changes::cursor_at_or_after(&state.applied, through) {
+        state.applied = through.clone();
+        peer_rows::store(txn, &state)?;
+    }
+    let as_of = if txn.takes_revision() {
+        peer_rows::record_received(txn, txn.revision, peer)?;
+        txn.revision
+    } else {
+        Revision(txn.revision.0 - 1)
+    };
+    peer_rows::record_applied_through(txn, peer, as_of, through)
+}
+
+impl Authority {
+    /// What the peer's batch must pass: our own checks when it pushes to us; as a pull
+    /// from the upstream, which holds it already, only room for its content.
+    fn admission(self) -> Admission {
+        match self {
+            Authority::Ours => Admission::Checked,
+            Authority::Theirs => Admission::FromUpstream,
+        }
+    }
+}
+
 impl Workspace {
     /// The record of `peer`, if it ever synced.
     pub fn peer(&self, peer: &str) -> Result<Option<PeerState>> {
@@ -793,6 +828,7 @@ impl Workspace {
             let dirty = self.dirty_staged();
             let planned = std::cell::RefCell::new(Plan::default());
             let outcome = self.apply_changes_with(
+                authority.admission(),
                 blocks,
                 hold,
                 |txn| {
@@ -807,23 +843,7 @@ impl Workspace {
                     *planned.borrow_mut() = plan;
                     Ok(if steps_first { Err(()) } else { Ok(batch) })
                 },
-                |txn| {
-                    let mut state = fenced(txn, peer, replica_id)?;
-                    if !changes::cursor_at_or_after(&state.applied, through) {
-                        state.applied = through.clone();
-                        peer_rows::store(txn, &state)?;
-                    }
-                    // As of our revision now (the one this batch takes, or the last
-                    // one when it changed nothing), the peer's changes through
-                    // `through` are applied here.
-                    let as_of = if txn.takes_revision() {
-                        peer_rows::record_received(txn, txn.revision, peer)?;
-                        txn.revision
-                    } else {
-                        Revision(txn.revision.0 - 1)
-                    };
-                    peer_rows::record_applied_through(txn, peer, as_of, through)
-                },
+                |txn| record_applied(txn, peer, replica_id, through),
             );
             let plan = planned.into_inner();
             match outcome {

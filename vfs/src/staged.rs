@@ -733,19 +733,44 @@ impl Workspace {
 
     /// Ingests every dirty staged file that has no writer left.
     pub(crate) fn settle_staged(&self) -> Result<()> {
-        let Some(staging) = self.staging() else {
-            return Ok(());
-        };
-        for staged in staging.snapshot() {
-            let idle_dirty = {
-                let state = lock(&staged.state);
-                state.dirty && state.writers == 0
-            };
-            if idle_dirty {
-                self.ingest(&staged)?;
+        for staged in self.idle_dirty_staged() {
+            self.ingest(&staged)?;
+        }
+        Ok(())
+    }
+
+    /// [`Workspace::settle_staged`], leaving staged (and dirty) the files the disk has no
+    /// room to ingest, for a pull that must land even then (`Admission::FromUpstream`).
+    pub(crate) fn settle_staged_where_room(&self) -> Result<()> {
+        for staged in self.idle_dirty_staged() {
+            match self.ingest(&staged) {
+                Err(Error::NoSpace { .. }) => {
+                    debug_assert!(lock(&staged.state).dirty, "a failed ingestion is retried");
+                    tracing::debug!(
+                        ino = staged.ino.0,
+                        "no room to ingest; the file stays staged"
+                    );
+                }
+                other => {
+                    other?;
+                }
             }
         }
         Ok(())
+    }
+
+    fn idle_dirty_staged(&self) -> Vec<Arc<StagedFile>> {
+        let Some(staging) = self.staging() else {
+            return Vec::new();
+        };
+        staging
+            .snapshot()
+            .into_iter()
+            .filter(|staged| {
+                let state = lock(&staged.state);
+                state.dirty && state.writers == 0
+            })
+            .collect()
     }
 
     /// Ingests the dirty staged files in the tree at `top` as they are now, those open

@@ -442,6 +442,8 @@ pub struct Server {
     child: Option<std::process::Child>,
     /// More arguments of `computerd serve`.
     extra: Vec<String>,
+    /// More environment of `computerd serve`.
+    env: Vec<(String, String)>,
 }
 
 /// The token of the test servers.
@@ -455,15 +457,20 @@ impl Server {
 
     /// Serves a new workspace on `listen` (`None`: a Unix socket in its directory).
     pub fn start_on(listen: Option<&str>) -> Server {
-        Server::start_serving(listen, &[])
+        Server::start_serving(listen, &[], &[])
     }
 
     /// Serves a new workspace on a Unix socket, with `extra` arguments.
     pub fn start_with(extra: &[&str]) -> Server {
-        Server::start_serving(None, extra)
+        Server::start_serving(None, extra, &[])
     }
 
-    fn start_serving(listen: Option<&str>, extra: &[&str]) -> Server {
+    /// Serves a new workspace on a Unix socket, with `env` added to its environment.
+    pub fn start_with_env(env: &[(&str, &str)]) -> Server {
+        Server::start_serving(None, &[], env)
+    }
+
+    fn start_serving(listen: Option<&str>, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("computerd-server-")
             .tempdir()
@@ -483,6 +490,10 @@ impl Server {
             dir: Some(dir),
             child: None,
             extra: extra.iter().map(|arg| arg.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         server.restart();
         server
@@ -506,6 +517,7 @@ impl Server {
             .arg("--token-file")
             .arg(&self.token_file)
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -543,6 +555,7 @@ impl Server {
             log: server.log.clone(),
             child: None,
             extra: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -1058,4 +1071,39 @@ pub fn pseudo_random_seeded(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// A tmpfs of `size` (as `mount -o size=` takes it) on a fresh directory; detached on
+/// drop, after the FUSE mount made inside it (declare it first).
+pub struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    pub fn mount(size: &str) -> SmallDisk {
+        let dir = tempfile::Builder::new()
+            .prefix("computerd-small-disk-")
+            .tempdir()
+            .unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "mount -t tmpfs failed: {status}");
+        SmallDisk { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
 }
