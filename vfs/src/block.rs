@@ -134,6 +134,22 @@ fn compress(raw: &[u8], level: i32) -> Option<Vec<u8>> {
     })
 }
 
+/// Decodes stored bytes, taking them over (a raw block is its own content: no copy),
+/// and checks the content against `hash`.
+pub fn decode(hash: &BlockHash, codec: Codec, raw_len: usize, data: Vec<u8>) -> Result<Vec<u8>> {
+    match codec {
+        Codec::Raw => {
+            verify(hash, raw_len, &data)?;
+            Ok(data)
+        }
+        Codec::Zstd => {
+            let mut out = Vec::new();
+            decode_into(hash, codec, raw_len, &data, &mut out)?;
+            Ok(out)
+        }
+    }
+}
+
 /// Decodes stored bytes into `out` (cleared first) and checks them against `hash`.
 pub fn decode_into(
     hash: &BlockHash,
@@ -162,13 +178,18 @@ pub fn decode_into(
             })?;
         }
     }
-    if out.len() != raw_len {
+    verify(hash, raw_len, out)
+}
+
+/// Checks decoded content against the length and hash it was stored under.
+fn verify(hash: &BlockHash, raw_len: usize, content: &[u8]) -> Result<()> {
+    if content.len() != raw_len {
         return Err(Error::corrupt(format!(
             "block {hash}: {} bytes decoded, {raw_len} expected",
-            out.len()
+            content.len()
         )));
     }
-    let actual = BlockHash::of(out);
+    let actual = BlockHash::of(content);
     if actual != *hash {
         return Err(Error::corrupt(format!(
             "block {hash}: content hashes to {actual}"

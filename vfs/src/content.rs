@@ -51,7 +51,7 @@ pub(crate) struct BlockCache {
 }
 
 struct CacheInner {
-    map: LruCache<i64, Arc<[u8]>>,
+    map: LruCache<i64, Arc<Vec<u8>>>,
     bytes: usize,
     bytes_max: usize,
 }
@@ -67,7 +67,7 @@ impl BlockCache {
         }
     }
 
-    fn get(&self, id: i64) -> Option<Arc<[u8]>> {
+    fn get(&self, id: i64) -> Option<Arc<Vec<u8>>> {
         self.inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -76,7 +76,7 @@ impl BlockCache {
             .cloned()
     }
 
-    fn put(&self, id: i64, bytes: Arc<[u8]>) {
+    fn put(&self, id: i64, bytes: Arc<Vec<u8>>) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if bytes.len() > inner.bytes_max / 4 {
             return;
@@ -119,7 +119,7 @@ pub(crate) struct ContentCtx<'a> {
 type BlockRow = (Vec<u8>, i64, i64);
 
 /// Reads, decodes and verifies block `id`.
-pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Result<Arc<[u8]>> {
+pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Result<Arc<Vec<u8>>> {
     if let Some(bytes) = cache.get(id) {
         return Ok(bytes);
     }
@@ -138,9 +138,12 @@ pub(crate) fn load_block(conn: &Connection, cache: &BlockCache, id: i64) -> Resu
     };
     let hash = BlockHash::from_slice(&hash)?;
     let raw_len = usize::try_from(raw_len).map_err(|_| Error::corrupt("negative block length"))?;
-    let mut out = Vec::new();
-    block::decode_into(&hash, Codec::from_code(codec)?, raw_len, &data, &mut out)?;
-    let bytes: Arc<[u8]> = out.into();
+    let bytes = Arc::new(block::decode(
+        &hash,
+        Codec::from_code(codec)?,
+        raw_len,
+        data,
+    )?);
     cache.put(id, bytes.clone());
     Ok(bytes)
 }
@@ -257,8 +260,9 @@ pub(crate) fn read_into(
     offset: u64,
     out: &mut [u8],
 ) -> Result<()> {
-    out.fill(0);
     let end = offset + out.len() as u64;
+    // Holes read as zeros; the rest is written once, from the blocks.
+    let mut filled = 0;
     for extent in extents_overlapping(conn, ino, offset, end)? {
         let bytes = load_block(conn, cache, extent.block)?;
         if bytes.len() as u64 != extent.len {
@@ -272,8 +276,15 @@ pub(crate) fn read_into(
         let from = offset.max(extent.offset);
         let to = end.min(extent.end());
         let src = &bytes[(from - extent.offset) as usize..(to - extent.offset) as usize];
-        out[(from - offset) as usize..(to - offset) as usize].copy_from_slice(src);
+        let at = (from - offset) as usize;
+        if at < filled {
+            return Err(Error::corrupt(format!("{ino}: extents overlap at {from}")));
+        }
+        out[filled..at].fill(0);
+        out[at..at + src.len()].copy_from_slice(src);
+        filled = at + src.len();
     }
+    out[filled..].fill(0);
     Ok(())
 }
 
