@@ -38,6 +38,7 @@ use computer_sync::rpc::Address;
 use crate::exec_wire;
 use crate::fs_files::RemoteFiles;
 use crate::owner::{self, Role};
+use crate::replica::SyncArgs;
 
 /// Exit status when the command ran but its writes have not all reached the
 /// workspace yet (EX_TEMPFAIL, as `computerd sync`).
@@ -119,7 +120,7 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             let replica = Arc::new(ReplicaView::mount(address, &args)?);
             let result = run_in(replica.clone(), policy, &script, options);
             replica.finish(result.as_ref().ok())?;
-            Ok(report(&result?))
+            Ok(report(&result?, None))
         }
         (Some(address), _) => {
             if let Some(policy) = &args.policy {
@@ -129,9 +130,14 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
                     policy.display()
                 );
             }
+            let waiter = match &args.token_file {
+                Some(file) => format!("--remote {address} --token-file {}", file.display()),
+                None => format!("--remote {address}"),
+            };
             let address = crate::remote::address(address)?;
             let token = crate::remote::read_token(args.token_file.as_deref())?;
-            Ok(report(&run_on_owner(&address, &token, &script, &options)?))
+            let result = run_on_owner(&address, &token, &script, &options)?;
+            Ok(report(&result, Some(&waiter)))
         }
         (None, Some(db)) => {
             let owner = Owner::for_db(db, args.policy.as_deref())?;
@@ -139,7 +145,10 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             let token = owner.channel.token.as_bytes();
             let result = run_on_owner(&address, token, &script, &options);
             owner.finish()?;
-            Ok(report(&result?))
+            Ok(report(
+                &result?,
+                Some(&format!("--workspace {}", db.display())),
+            ))
         }
         (None, None) => unreachable!("clap requires DB or --remote"),
     }
@@ -187,6 +196,109 @@ fn run_on_owner(
         // The owner's refusal, which says what was refused.
         Ok(computer_sync::Error::File { message, .. }) => anyhow!(message),
         Ok(err) => crate::fs_files::connection_error(address, err),
+        Err(err) => err,
+    })
+}
+
+/// `computerd sync --remote ADDR|--workspace DB --intent INTENT`, if the arguments name
+/// an owner to wait at rather than a replica mount of this machine.
+pub fn run_wait_sync(args: &SyncArgs) -> Option<anyhow::Result<ExitCode>> {
+    let owner = result_owner(args)?;
+    let intent = args.intent.as_deref().expect("clap requires --intent");
+    let timeout = Duration::from_secs(args.timeout);
+    Some(wait_on_owner(owner, intent, timeout).map(|outcome| report_result_sync(&outcome)))
+}
+
+/// The owner a pending exec result is waited on at, if the arguments name one.
+fn result_owner(args: &SyncArgs) -> Option<ResultOwner<'_>> {
+    match (&args.remote, &args.workspace) {
+        (Some(address), _) => Some(ResultOwner::Remote {
+            address,
+            token_file: args.token_file.as_deref(),
+        }),
+        (None, Some(db)) => Some(ResultOwner::Workspace(db)),
+        (None, None) => None,
+    }
+}
+
+/// The outcome of waiting on an exec result's sync, said as `computerd sync` says its
+/// own: exit 0 complete, 75 still pending, 1 lost.
+fn report_result_sync(outcome: &SyncOutcome) -> ExitCode {
+    match outcome {
+        SyncOutcome::Complete => {
+            println!("synced");
+            ExitCode::SUCCESS
+        }
+        SyncOutcome::Pending { intent, reason } => {
+            eprintln!("computerd: sync pending: {reason} (intent {intent}); wait again later");
+            ExitCode::from(EXIT_PENDING)
+        }
+        SyncOutcome::Lost { reason } => {
+            eprintln!("computerd: sync lost: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Where a pending exec result's sync is waited on: the server at an address, or the
+/// owner of a database here.
+pub(crate) enum ResultOwner<'a> {
+    Remote {
+        address: &'a str,
+        token_file: Option<&'a Path>,
+    },
+    Workspace(&'a Path),
+}
+
+/// Asks the owner that ran a command to wait up to `timeout` for the writes of its
+/// pending result (`intent`, as the result named it) to reach the workspace.
+pub(crate) fn wait_on_owner(
+    owner: ResultOwner<'_>,
+    intent: &str,
+    timeout: Duration,
+) -> anyhow::Result<SyncOutcome> {
+    let (address, token) = match owner {
+        ResultOwner::Remote {
+            address,
+            token_file,
+        } => (
+            crate::remote::address(address)?,
+            crate::remote::read_token(token_file)?,
+        ),
+        ResultOwner::Workspace(db) => {
+            if !owner::is_held(db) {
+                bail!(
+                    "{}: not mounted or served here, so no command of it waits to sync",
+                    db.display()
+                );
+            }
+            let channel = Owner::running(db)?;
+            (Address::Unix(channel.socket), channel.token.into_bytes())
+        }
+    };
+    let files = RemoteFiles::connect(&address, &token)?;
+    let upstream = files.upstream().clone();
+    let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+    let intent = intent.to_owned();
+    let waited = files.block_on(async move {
+        let runner = upstream.runner().await?;
+        let mut request = runner.wait_sync_request();
+        request.get().set_intent(&intent);
+        request.get().set_wait_ms(wait_ms);
+        let answer = upstream.answer(request.send().promise).await?;
+        let answer = answer.get()?;
+        let text = |t: capnp::Result<capnp::text::Reader<'_>>| -> anyhow::Result<String> {
+            Ok(t?.to_string()?)
+        };
+        Ok::<_, anyhow::Error>(exec_wire::read_sync(
+            answer.get_sync()?.to_str()?,
+            text(answer.get_sync_detail())?,
+            text(answer.get_sync_reason())?,
+        ))
+    });
+    waited.map_err(|err| match err.downcast::<computer_sync::Error>() {
+        Ok(computer_sync::Error::File { message, .. }) => anyhow!(message),
+        Ok(err) => crate::fs_files::connection_error(&address, err),
         Err(err) => err,
     })
 }
@@ -303,8 +415,9 @@ fn pass_signals_on(signals: nix::sys::signal::SigSet, runtimes: Arc<Runtimes>, i
     });
 }
 
-/// Says on stderr what the exit code alone does not, and picks the exit code.
-fn report(result: &ExecResult) -> ExitCode {
+/// Says on stderr what the exit code alone does not, and picks the exit code. `waiter`
+/// names the owner that a pending sync can be waited on at (`computerd sync` options).
+fn report(result: &ExecResult, waiter: Option<&str>) -> ExitCode {
     if let Some(error) = &result.error {
         eprintln!("computerd: {error}");
     }
@@ -316,10 +429,16 @@ fn report(result: &ExecResult) -> ExitCode {
     }
     match &result.sync {
         SyncOutcome::Complete => ExitCode::from(result.exit_code.clamp(0, 255) as u8),
-        SyncOutcome::Pending { intent } => {
+        SyncOutcome::Pending { intent, reason } => {
             eprintln!(
-                "computerd: the command's changes are not all in the workspace yet: {intent}"
+                "computerd: the command's changes are not all in the workspace yet: {intent} \
+                 ({reason})"
             );
+            if let Some(waiter) = waiter {
+                eprintln!(
+                    "computerd: wait for them with: computerd sync {waiter} --intent {intent}"
+                );
+            }
             ExitCode::from(EXIT_PENDING)
         }
         SyncOutcome::Lost { reason } => {
@@ -538,6 +657,10 @@ impl WorkspaceView for ReplicaView {
     fn after_exec(&self) -> SyncOutcome {
         sync_after(&self.control)
     }
+
+    fn wait_sync(&self, intent: &str, timeout: Duration) -> computer_runtimes::Result<SyncOutcome> {
+        wait_intent(&self.control, intent, timeout)
+    }
 }
 
 /// The first half of a replica's bracket: the replica daemon at `control` pulls what
@@ -562,21 +685,47 @@ pub(crate) fn sync_before(control: &Path) -> computer_runtimes::Result<()> {
 
 /// The second half: what the command wrote reached the server, waits to, or was lost.
 pub(crate) fn sync_after(control: &Path) -> SyncOutcome {
-    let answer = match ask_sync(control) {
-        Ok(answer) => answer,
-        Err(err) => {
-            return SyncOutcome::Lost {
-                reason: format!("{err:#}"),
-            }
+    match ask_sync(control) {
+        Ok(answer) => outcome_of(&answer),
+        Err(err) => SyncOutcome::Lost {
+            reason: format!("{err:#}"),
+        },
+    }
+}
+
+/// Waits up to `timeout` for the replica daemon at `control` to push what `intent`
+/// names (a pending result's).
+pub(crate) fn wait_intent(
+    control: &Path,
+    intent: &str,
+    timeout: Duration,
+) -> computer_runtimes::Result<SyncOutcome> {
+    let intent: computer_sync::Intent = intent
+        .parse()
+        .map_err(|why: String| computer_runtimes::Error::Invalid(why))?;
+    let request = format!("wait {intent} {}\n", timeout.as_millis());
+    let answer = crate::replica::ask_replica(control, &request).map_err(|err| {
+        computer_runtimes::Error::Connect {
+            backend: computer_runtimes::linux::LINUX_BACKEND_ID.into(),
+            reason: format!("asking its replica about {intent}: {err:#}"),
         }
-    };
+    })?;
+    Ok(outcome_of(&answer))
+}
+
+/// A replica daemon's answer as the outcome of a result's sync.
+fn outcome_of(answer: &crate::replica::ControlAnswer) -> SyncOutcome {
     match answer.kind.as_str() {
         "complete" => SyncOutcome::Complete,
         "pending" => SyncOutcome::Pending {
-            intent: format!("{} ({})", answer.field("intent"), answer.reason),
+            intent: answer.field("intent").to_owned(),
+            reason: answer.reason.clone(),
         },
-        _ => SyncOutcome::Lost {
-            reason: format!("{}: {}", answer.kind, answer.reason),
+        "lost" => SyncOutcome::Lost {
+            reason: answer.reason.clone(),
+        },
+        kind => SyncOutcome::Lost {
+            reason: format!("{kind}: {}", answer.reason),
         },
     }
 }

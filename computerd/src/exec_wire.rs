@@ -31,6 +31,8 @@ pub const EVENTS_BYTES_MAX: usize = 1 << 20;
 pub const AUDIT_RECORDS_PER_CALL_MAX: u32 = 1000;
 /// The most stdin an exec request carries, bytes.
 pub const STDIN_BYTES_MAX: usize = 64 << 20;
+/// The longest a `waitSync` call waits.
+pub const SYNC_WAIT_MAX: Duration = Duration::from_secs(300);
 
 /// Where an owner puts its `Runtimes` once it can run commands (a mount: once the
 /// kernel answers at its mount point). Execs asked before fail EAGAIN.
@@ -148,6 +150,29 @@ impl runner::Server for RunnerServer {
         for (i, record) in records.iter().enumerate() {
             write_audit(record, list.reborrow().get(i as u32));
         }
+        Ok(())
+    }
+
+    async fn wait_sync(
+        self: Rc<Self>,
+        params: runner::WaitSyncParams,
+        mut results: runner::WaitSyncResults,
+    ) -> capnp::Result<()> {
+        let params = params.get()?;
+        let backend = params.get_backend()?.to_string()?;
+        let intent = params.get_intent()?.to_string()?;
+        let wait = Duration::from_millis(params.get_wait_ms().into()).min(SYNC_WAIT_MAX);
+        let runtimes = self.runtimes()?;
+        let outcome = off_the_loop(move || {
+            let backend = (!backend.is_empty()).then_some(backend.as_str());
+            runtimes.wait_sync(backend, &intent, wait)
+        })
+        .await?;
+        let (sync, detail, reason) = sync_fields(&outcome);
+        let mut out = results.get();
+        out.set_sync(sync);
+        out.set_sync_detail(detail);
+        out.set_sync_reason(reason);
         Ok(())
     }
 }
@@ -301,14 +326,33 @@ fn write_outcome(result: &ExecResult, mut out: exec_outcome::Builder<'_>) {
     out.set_duration_ms(result.duration.as_millis() as u64);
     out.set_backend(&result.backend);
     out.set_reason(&result.reason);
-    let (sync, detail) = match &result.sync {
-        SyncOutcome::Complete => ("complete", ""),
-        SyncOutcome::Pending { intent } => ("pending", intent.as_str()),
-        SyncOutcome::Lost { reason } => ("lost", reason.as_str()),
-    };
+    let (sync, detail, reason) = sync_fields(&result.sync);
     out.set_sync(sync);
     out.set_sync_detail(detail);
+    out.set_sync_reason(reason);
     out.set_error(result.error.as_deref().unwrap_or(""));
+}
+
+/// A sync outcome as the wire carries it: its name, the intent (pending) or the reason
+/// (lost), and why a pending one's last attempt failed.
+fn sync_fields(outcome: &SyncOutcome) -> (&'static str, &str, &str) {
+    match outcome {
+        SyncOutcome::Complete => ("complete", "", ""),
+        SyncOutcome::Pending { intent, reason } => ("pending", intent, reason),
+        SyncOutcome::Lost { reason } => ("lost", reason, ""),
+    }
+}
+
+/// The outcome [`sync_fields`] wrote.
+pub fn read_sync(sync: &str, detail: String, reason: String) -> SyncOutcome {
+    match sync {
+        "complete" => SyncOutcome::Complete,
+        "pending" => SyncOutcome::Pending {
+            intent: detail,
+            reason,
+        },
+        _ => SyncOutcome::Lost { reason: detail },
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -360,12 +404,11 @@ fn read_outcome(outcome: exec_outcome::Reader<'_>) -> capnp::Result<ExecResult> 
         "timed out" => ExecStatus::TimedOut,
         _ => ExecStatus::Failed,
     };
-    let detail = text(outcome.get_sync_detail())?;
-    let sync = match outcome.get_sync()?.to_str()? {
-        "complete" => SyncOutcome::Complete,
-        "pending" => SyncOutcome::Pending { intent: detail },
-        _ => SyncOutcome::Lost { reason: detail },
-    };
+    let sync = read_sync(
+        outcome.get_sync()?.to_str()?,
+        text(outcome.get_sync_detail())?,
+        text(outcome.get_sync_reason())?,
+    );
     let error = text(outcome.get_error())?;
     Ok(ExecResult {
         status,

@@ -137,7 +137,10 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Completions(args) => manual::completions(args, Cli::command()),
         Command::Man(args) => manual::man(args, Cli::command()),
-        Command::Sync(args) => replica::run_sync(args),
+        Command::Sync(args) => match exec::run_wait_sync(&args) {
+            Some(waited) => waited,
+            None => replica::run_sync(args),
+        },
         Command::Exec(args) => exec::run(args),
         Command::Audit(args) => audit::run(args),
     };

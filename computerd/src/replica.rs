@@ -400,12 +400,31 @@ const EXIT_PENDING: u8 = 75;
 
 #[derive(Args, Debug)]
 pub struct SyncArgs {
-    /// The replica's mount point (or give --cache).
-    #[arg(required_unless_present = "cache", conflicts_with = "cache")]
+    /// The replica's mount point (or give --cache, --remote or --workspace).
+    #[arg(
+        required_unless_present_any = ["cache", "remote", "workspace"],
+        conflicts_with_all = ["cache", "remote", "workspace"]
+    )]
     pub mountpoint: Option<PathBuf>,
     /// The replica's cache database, instead of its mount point.
-    #[arg(long, value_name = "DB")]
+    #[arg(long, value_name = "DB", conflicts_with_all = ["remote", "workspace"])]
     pub cache: Option<PathBuf>,
+    /// With --intent: wait on the server at ADDR for a pending result of
+    /// `computerd exec --remote ADDR` (the server's replica pushes it).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        requires = "intent",
+        conflicts_with = "workspace"
+    )]
+    pub remote: Option<String>,
+    /// With --remote: the file holding the server's token (else $COMPUTERD_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<PathBuf>,
+    /// With --intent: wait on the owner of DB (served here) for a pending result of
+    /// `computerd exec DB`.
+    #[arg(long, value_name = "DB", requires = "intent")]
+    pub workspace: Option<PathBuf>,
     /// How long to wait, in seconds.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     pub timeout: u64,

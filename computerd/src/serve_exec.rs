@@ -13,12 +13,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use anyhow::Context;
 use computer_runtimes::linux::WorkspaceView;
 use computer_runtimes::SyncOutcome;
 
-use crate::exec::{private_dir_named, run_quietly, sync_after, sync_before, UNMOUNT_WAIT};
+use crate::exec::{
+    private_dir_named, run_quietly, sync_after, sync_before, wait_intent, UNMOUNT_WAIT,
+};
 
 /// The server's replica, mounted on first use.
 pub struct ServedReplica {
@@ -142,6 +145,16 @@ impl WorkspaceView for ServedReplica {
 
     fn after_exec(&self) -> SyncOutcome {
         let outcome = sync_after(&self.control);
+        self.leave();
+        outcome
+    }
+
+    /// Mounts the replica again if it was taken down meanwhile (its cache keeps what
+    /// was pending, and pushes it once mounted), and waits for it there.
+    fn wait_sync(&self, intent: &str, timeout: Duration) -> computer_runtimes::Result<SyncOutcome> {
+        self.enter()
+            .map_err(|err| computer_runtimes::Error::NotSynced(format!("{err:#}")))?;
+        let outcome = wait_intent(&self.control, intent, timeout);
         self.leave();
         outcome
     }

@@ -477,9 +477,10 @@ fn the_servers_replica_is_reaped_when_idle_and_comes_back() {
 }
 
 /// The disk of the server's replica fills up: the command that filled it learns ENOSPC
-/// and its sync is pending (its file cannot be stored to be pushed), but the next
-/// command still runs on what the replica pulled, and its `rm` frees the disk; the sync
-/// then completes, and the server never saw the file that did not fit.
+/// and its sync is pending (its file cannot be stored to be pushed; waiting on its
+/// intent says so), but the next command still runs on what the replica pulled, and
+/// its `rm` frees the disk; the sync then completes, the intent too, and the server
+/// never saw the file that did not fit.
 #[test]
 fn a_full_disk_under_the_servers_replica_does_not_stop_the_next_command() {
     let disk = common::SmallDisk::mount("160m");
@@ -494,11 +495,18 @@ fn a_full_disk_under_the_servers_replica_does_not_stop_the_next_command() {
     );
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "wrote 1\n");
-    assert!(
-        text(&out.stderr).contains("no space"),
-        "{}",
-        text(&out.stderr)
-    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("no space"), "{stderr}");
+    // The result names its intent and how to wait for it: not yet.
+    let wait = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("computerd: wait for them with: computerd "))
+        .unwrap_or_else(|| panic!("no way to wait named: {stderr}"))
+        .to_owned();
+    let wait: Vec<&str> = wait.split(' ').chain(["--timeout", "1"]).collect();
+    assert_eq!(wait[..2], ["sync", "--workspace"]);
+    let waited = computerd(&wait);
+    assert_eq!(waited.status.code(), Some(75), "{}", text(&waited.stderr));
 
     // The server moves on meanwhile: a deletion, which needs no room to pull.
     server.fs_ok(&["rm", "/kept.txt"], b"");
@@ -510,6 +518,9 @@ fn a_full_disk_under_the_servers_replica_does_not_stop_the_next_command() {
         text(&out.stderr),
         server.server_log()
     );
+    // What was pending is settled now (the file that did not fit is gone).
+    let waited = computerd(&wait);
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited.stderr));
     let out = exec(&server.db, &[], "echo after > after.txt");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(server.fs_ok(&["cat", "/after.txt"], b""), b"after\n");

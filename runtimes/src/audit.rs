@@ -104,7 +104,9 @@ pub fn status_name(status: ExecStatus) -> &'static str {
 fn sync_text(sync: &SyncOutcome) -> String {
     match sync {
         SyncOutcome::Complete => "complete".into(),
-        SyncOutcome::Pending { intent } => bounded(&format!("pending: {intent}")),
+        SyncOutcome::Pending { intent, reason } => {
+            bounded(&format!("pending: {intent} ({reason})"))
+        }
         SyncOutcome::Lost { reason } => bounded(&format!("lost: {reason}")),
     }
 }

@@ -31,6 +31,16 @@ pub trait Backend: Send + Sync {
     /// and again after a failure (a failed connect is not kept) or once the connection
     /// says it is dead.
     fn connect(&self) -> Result<Arc<dyn Connection>>;
+    /// Waits up to `timeout` for the writes a pending result named by `intent` to
+    /// reach the authoritative side. A backend that never leaves a sync pending (it
+    /// writes to the workspace itself) has none to wait for.
+    fn wait_sync(&self, intent: &str, timeout: std::time::Duration) -> Result<SyncOutcome> {
+        let _ = timeout;
+        Err(Error::Invalid(format!(
+            "intent {intent}: backend {} leaves no sync pending",
+            self.id()
+        )))
+    }
 }
 
 /// A ready backend.

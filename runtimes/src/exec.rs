@@ -68,9 +68,11 @@ pub enum ExecStatus {
 pub enum SyncOutcome {
     /// Everything the command wrote is in the authoritative workspace.
     Complete,
-    /// The command ran but its writes have not all arrived; `intent` says what is being
-    /// retried (with the sync engine's bounded exponential backoff).
-    Pending { intent: String },
+    /// The command ran but its writes have not all arrived; `intent` names them
+    /// (`REPLICA_ID@REVISION`), retried with the sync engine's bounded exponential
+    /// backoff, and waited on with [`crate::Runtimes::wait_sync`]; `reason` says why the
+    /// last attempt failed.
+    Pending { intent: String, reason: String },
     /// The writes cannot arrive any more (the sandbox's view was replaced or lost).
     Lost { reason: String },
 }

@@ -201,6 +201,16 @@ pub trait WorkspaceView: Send + Sync {
     /// bring it back at the next `before_exec`. A command may be between its own
     /// `before_exec` and its start: the view must not let go under it.
     fn idle(&self) {}
+    /// Waits up to `timeout` for the writes of a pending `after_exec` (named by its
+    /// intent) to reach the authoritative side. A view that never leaves one pending
+    /// has none to wait for.
+    fn wait_sync(&self, intent: &str, timeout: std::time::Duration) -> Result<SyncOutcome> {
+        let _ = timeout;
+        Err(Error::Invalid(format!(
+            "intent {intent}: the sandbox works on the authoritative workspace here; \
+             nothing of it is pending"
+        )))
+    }
 }
 
 /// A directory that is the authoritative workspace itself (its owner's own mount, or a
@@ -271,6 +281,10 @@ impl Backend for LinuxBackend {
             reap_when_idle(slot, view, self.policy.sandbox_idle);
         }
         Ok(connection)
+    }
+
+    fn wait_sync(&self, intent: &str, timeout: std::time::Duration) -> Result<SyncOutcome> {
+        self.view.wait_sync(intent, timeout)
     }
 }
 

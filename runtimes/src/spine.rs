@@ -125,6 +125,18 @@ impl Runtimes {
         self.backends.iter().map(|r| r.backend.describe()).collect()
     }
 
+    /// Waits up to `timeout` for the writes of a result whose sync was pending (its
+    /// `intent`, on `backend` or the default) to reach the authoritative side: complete,
+    /// still pending, or lost (the replica that held them is gone).
+    pub fn wait_sync(
+        &self,
+        backend: Option<&str>,
+        intent: &str,
+        timeout: Duration,
+    ) -> Result<SyncOutcome> {
+        self.choose(backend)?.0.backend.wait_sync(intent, timeout)
+    }
+
     /// Starts `script` and returns its handle once it runs. Errors before the command
     /// started (an unknown backend, a failed connect or pre-exec sync, a refusal by
     /// policy) are returned here, and the command did not run. Either way the audit

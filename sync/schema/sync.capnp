@@ -178,6 +178,11 @@ interface Runner {
   attach @2 (id :Text) -> (exec :Exec, backend :Text);
   # The newest `limit` (at most 1000) audit records after `afterSeq`, oldest first.
   audit @3 (afterSeq :UInt64, limit :UInt32) -> (records :List(AuditItem));
+  # Waits up to `waitMs` (at most 300000) for the writes of a result whose sync was
+  # pending, named by its intent, on `backend` (empty: the default): `sync` is complete,
+  # pending or lost, with `syncDetail` and `syncReason` as in ExecOutcome.
+  waitSync @4 (backend :Text, intent :Text, waitMs :UInt32)
+      -> (sync :Text, syncDetail :Text, syncReason :Text);
 }
 
 struct BackendInfo {
@@ -248,6 +253,8 @@ struct ExecOutcome {
   syncDetail @6 :Text;
   # Empty: nothing went wrong around the command.
   error @7 :Text;
+  # Pending: why the last attempt failed.
+  syncReason @8 :Text;
 }
 
 struct AuditItem {
