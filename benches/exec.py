@@ -8,6 +8,13 @@ Warm: the workspace is mounted, each command runs `--reps` times after a warm-up
 sandbox, is timed once. Cold: `computerd exec` on a free database, which mounts it for the command
 and takes the mount down again.
 
+Served: the same database served by `computerd serve` on the loopback, each command run
+by `computerd exec --remote ADDR -- CMD` (the server runs it over its warm replica,
+syncing the replica before and after) and by `sh -c CMD` in a plain copy of the tree on
+the host's disk, alternately; the server's first exec (mounting its replica, starting
+its sandbox) is timed once, and `--remote --replica` (a replica mounted here for each
+command) a few times.
+
     python3 benches/exec.py [--reps 20] [--work DIR] [--computerd target/release/computerd]
 
 Needs root and bubblewrap. Prints a markdown table of medians (and minimums), ms.
@@ -58,6 +65,40 @@ def cell(samples):
     return f"{statistics.median(samples):.1f} ({min(samples):.1f})"
 
 
+def serve(computerd, db, work):
+    """Starts `computerd serve` on a free loopback port; returns (process, address, token file)."""
+    token = os.path.join(work, "token")
+    with open(token, "w") as f:
+        f.write("bench-token-0123456789\n")
+    os.chmod(token, 0o600)
+    server = subprocess.Popen(
+        [computerd, "serve", db, "--listen", "tcp:127.0.0.1:0", "--token-file", token],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = server.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        server.kill()
+        raise SystemExit(f"computerd serve did not start: {line!r}")
+    return server, line.removeprefix("listening on "), token
+
+
+def served(computerd, db, work, reps):
+    host_copy = os.path.join(work, "host")
+    server, address, token = serve(computerd, db, work)
+    remote = [computerd, "exec", "--remote", address, "--token-file", token]
+    try:
+        first = timed(remote + ["--", "true"])
+        print(f"| served: `true`, the server's first exec (mounts its replica, starts the sandbox) | | {first:.1f} | |")
+        for name, cmd in COMMANDS:
+            host, ours = paired(["sh", "-c", cmd], remote + ["--", cmd], reps, host_copy)
+            overhead = statistics.median(ours) - statistics.median(host)
+            print(f"| served: {name} | {cell(host)} | {cell(ours)} | {overhead:.1f} |", flush=True)
+        here = [timed(remote + ["--replica", "--", "true"]) for _ in range(max(3, reps // 4))]
+        print(f"| `--remote --replica`: `true` (a replica mounted here for the command) | | {cell(here)} | |")
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=20)
@@ -72,6 +113,7 @@ def main():
     subprocess.run([computerd, "mount", db, mnt, "--daemon"], check=True, stdout=subprocess.DEVNULL)
     try:
         subprocess.run(["sh", "-c", SETUP], cwd=mnt, check=True)
+        shutil.copytree(mnt, os.path.join(args.work, "host"), symlinks=True)
         # The mount's first exec starts its warm sandbox.
         first = timed([computerd, "exec", db, "--", "true"])
         print("| command | host ms | computerd exec ms | overhead ms |")
@@ -85,6 +127,7 @@ def main():
         subprocess.run([computerd, "umount", mnt], check=True)
     cold = [timed([computerd, "exec", db, "--", "true"]) for _ in range(max(3, args.reps // 4))]
     print(f"| `true` on a free database (mount, sandbox, unmount) | | {cell(cold)} | |")
+    served(computerd, db, args.work, args.reps)
     shutil.rmtree(args.work, ignore_errors=True)
 
 
