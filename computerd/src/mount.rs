@@ -590,7 +590,7 @@ pub fn clear_stale_mount(mountpoint: &Path) -> anyhow::Result<()> {
 /// Whether `mountpoint` is a FUSE mount whose daemon is gone. `stat` alone cannot tell:
 /// the kernel answers it from the root's cached attributes (valid for the attribute TTL)
 /// without asking anyone, while `statfs` always goes to the daemon.
-fn is_stale_mount(mountpoint: &Path) -> bool {
+pub(crate) fn is_stale_mount(mountpoint: &Path) -> bool {
     match std::fs::metadata(mountpoint) {
         Err(err) => err.raw_os_error() == Some(libc::ENOTCONN),
         Ok(meta) if !meta.is_dir() => false,

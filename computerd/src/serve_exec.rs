@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,6 +40,9 @@ pub struct ServedReplica {
     /// Commands between their bracket's two halves; held while mounting or taking down,
     /// so that neither happens under a command.
     running: Mutex<usize>,
+    /// How many times the replica was mounted: a sandbox over an earlier mount sees a
+    /// dead or detached one.
+    mounts: AtomicU64,
 }
 
 impl ServedReplica {
@@ -56,6 +60,7 @@ impl ServedReplica {
             cache,
             dir,
             running: Mutex::new(0),
+            mounts: AtomicU64::new(0),
         })
     }
 
@@ -66,6 +71,12 @@ impl ServedReplica {
     fn is_mounted(&self) -> bool {
         crate::mounts::table()
             .is_some_and(|table| table.iter().any(|m| m.mountpoint == self.mountpoint))
+    }
+
+    /// Mounted, and its daemon answers: a daemon killed with SIGKILL leaves its mount in
+    /// the table, answering ENOTCONN.
+    fn is_live(&self) -> bool {
+        self.is_mounted() && !crate::mount::is_stale_mount(&self.mountpoint)
     }
 
     /// Mounts the replica unless it is mounted, and counts a command in.
@@ -82,9 +93,10 @@ impl ServedReplica {
         *running = running.saturating_sub(1);
     }
 
-    /// Mounts the replica unless it is mounted (the caller holds the count).
+    /// Mounts the replica unless it is mounted and answering (the caller holds the
+    /// count). A dead one is cleared by the mount, which starts over its cache.
     fn ensure_mounted(&self) -> anyhow::Result<()> {
-        if self.is_mounted() {
+        if self.is_live() {
             return Ok(());
         }
         tracing::info!(mountpoint = %self.mountpoint.display(), "mounting the server's replica");
@@ -100,6 +112,9 @@ impl ServedReplica {
         write_private(&self.token_file, &self.token)?;
         let mounted = run_quietly(&mut mount, "mounting the server's replica");
         let _ = std::fs::remove_file(&self.token_file);
+        if mounted.is_ok() {
+            self.mounts.fetch_add(1, Ordering::SeqCst);
+        }
         mounted
     }
 
@@ -159,8 +174,21 @@ impl WorkspaceView for ServedReplica {
         outcome
     }
 
+    /// A replica found dead is taken off its mount point at once: the sandbox that
+    /// replaces the one over it needs the directory there, and the next `before_exec`
+    /// mounts the replica again over its cache.
+    fn generation(&self) -> u64 {
+        self.mounts.load(Ordering::SeqCst)
+    }
+
     fn is_alive(&self) -> bool {
-        self.is_mounted()
+        if self.is_live() {
+            return true;
+        }
+        if let Err(err) = crate::mount::clear_stale_mount(&self.mountpoint) {
+            tracing::warn!("the server's replica died: {err:#}");
+        }
+        false
     }
 
     fn idle(&self) {

@@ -527,3 +527,95 @@ fn a_full_disk_under_the_servers_replica_does_not_stop_the_next_command() {
     let listed = server.fs_ok(&["ls", "/"], b"");
     assert_eq!(text(&listed).trim(), "after.txt");
 }
+
+/// Kills the replica daemon of the server (its temporary directory `tmp`) with
+/// SIGKILL, which leaves its mount answering ENOTCONN.
+fn kill_servers_replica(server: &common::Server, tmp: &Path) {
+    let cache = tmp.join(format!("computerd-serve-{}/replica.db", server.pid()));
+    let killed = Command::new("pkill")
+        .args(["-KILL", "-f", "--", &format!("--cache {}", cache.display())])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "no replica daemon of {}", cache.display());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
+/// The server's replica killed between two commands: the next command finds it dead,
+/// mounts it again over its cache (in a new sandbox) and runs.
+#[test]
+fn a_killed_replica_of_the_server_is_mounted_again() {
+    let server = common::Server::start();
+    let out = exec(&server.db, &[], "echo one > one.txt");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    kill_servers_replica(&server, &std::env::temp_dir());
+    let out = exec(&server.db, &[], "cat one.txt; echo two > two.txt");
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "one\n".to_owned()),
+        "{}{}",
+        text(&out.stderr),
+        server.server_log()
+    );
+    assert_eq!(server.fs_ok(&["cat", "/two.txt"], b""), b"two\n");
+}
+
+/// Fencing by the replica's identity: a pending result whose replica died with its
+/// cache is reported lost, never complete, and the server goes on with a new replica
+/// (and a new sandbox: the old one bound the dead mount).
+#[test]
+fn a_pending_result_whose_replica_lost_its_cache_is_lost() {
+    let disk = common::SmallDisk::mount("160m");
+    let tmp = disk.path().to_str().unwrap().to_owned();
+    let server = common::Server::start_with_env(&[("TMPDIR", &tmp)]);
+    let out = exec(
+        &server.db,
+        &[],
+        "head -c 300000000 /dev/zero > big 2>/dev/null",
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let intent = stderr
+        .split("--intent ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no intent named: {stderr}"))
+        .to_owned();
+
+    kill_servers_replica(&server, disk.path());
+    let dir = disk
+        .path()
+        .join(format!("computerd-serve-{}", server.pid()));
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("replica.db")
+        {
+            let _ = std::fs::remove_dir_all(&path);
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    let db = server.db.to_str().unwrap();
+    let waited = computerd(["sync", "--workspace", db, "--intent", &intent]);
+    let said = text(&waited.stderr);
+    assert_eq!(
+        waited.status.code(),
+        Some(1),
+        "{said}{}",
+        server.server_log()
+    );
+    assert!(said.contains("lost"), "{said}");
+    // The new replica works on; of `big` the server has at most what a sync took
+    // while it was being written (its creation), never what the lost cache held.
+    let out = exec(
+        &server.db,
+        &[],
+        "echo after > after.txt; cat big 2>/dev/null | wc -c",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let size: u64 = text(&out.stdout).trim().parse().unwrap();
+    assert!(size < 300_000_000, "{size}");
+    assert_eq!(server.fs_ok(&["cat", "/after.txt"], b""), b"after\n");
+}

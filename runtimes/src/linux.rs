@@ -196,6 +196,11 @@ pub trait WorkspaceView: Send + Sync {
     fn is_alive(&self) -> bool {
         true
     }
+    /// Changes whenever the directory at [`WorkspaceView::root`] is replaced by another
+    /// (a replica mounted again): a sandbox set up before binds the old one.
+    fn generation(&self) -> u64 {
+        0
+    }
     /// The warm sandbox was reaped for idleness: nothing of the backend holds the view
     /// now, and a view holding something costly (a replica mount) may let it go, to
     /// bring it back at the next `before_exec`. A command may be between its own
@@ -272,6 +277,7 @@ impl Backend for LinuxBackend {
     fn connect(&self) -> Result<Arc<dyn Connection>> {
         let connection = Arc::new(LinuxConnection {
             view: self.view.clone(),
+            generation: self.view.generation(),
             policy: self.policy.clone(),
             warm: Arc::new(Mutex::new(None)),
         });
@@ -293,6 +299,8 @@ type WarmSlot = Mutex<Option<Arc<WarmSandbox>>>;
 
 struct LinuxConnection {
     view: Arc<dyn WorkspaceView>,
+    /// The view's generation this connection's sandboxes were set up over.
+    generation: u64,
     policy: LinuxPolicy,
     warm: Arc<WarmSlot>,
 }
@@ -386,8 +394,10 @@ impl Connection for LinuxConnection {
         self.view.after_exec()
     }
 
+    /// The view is alive and still the one the sandbox was set up over: a sandbox bound
+    /// a directory that was replaced since (a replica mounted again) sees the old one.
     fn is_alive(&self) -> bool {
-        self.view.is_alive()
+        self.view.is_alive() && self.view.generation() == self.generation
     }
 
     fn timeout_max(&self) -> Option<Duration> {
