@@ -224,6 +224,12 @@ expect_errno(errno.ENODATA, os.getxattr, "hl", "user.empty")
 expect_errno(errno.ENODATA, os.removexattr, "hl", "user.empty")
 os.setxattr("moved", "user.dir", b"yes")
 assert os.getxattr("moved", "user.dir") == b"yes"
+# No POSIX ACLs nor SELinux labels here: refused, and missing ones are "not supported"
+# (what lets `ls -l` stop asking for them).
+acl = bytes.fromhex("0200000001000600ffffffff04000400ffffffff10000400ffffffff20000400ffffffff")
+for name in ["system.posix_acl_access", "system.posix_acl_default", "security.selinux"]:
+    expect_errno(errno.EOPNOTSUPP, os.setxattr, "moved", name, acl)
+    expect_errno(errno.EOPNOTSUPP, os.getxattr, "moved", name)
 
 # fsync, fdatasync, a directory fsync, statvfs
 fd = os.open("t.txt", os.O_RDWR)

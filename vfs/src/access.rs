@@ -484,6 +484,21 @@ pub(crate) fn xattr_needs_permission(name: &[u8]) -> bool {
         .any(|prefix| name.starts_with(prefix))
 }
 
+/// Extended attributes of meanings this filesystem does not implement: POSIX ACLs (its
+/// permissions are the mode bits alone) and SELinux labels. Setting one is refused
+/// with EOPNOTSUPP rather than stored and ignored, and asking for one that is not
+/// there says EOPNOTSUPP too, as a filesystem without them does: tools then stop
+/// asking (`ls -l` asks for both of every entry, and remembers a device that lacks
+/// them). One stored before this rule is still read and removed.
+pub(crate) fn xattr_not_kept(name: &[u8]) -> bool {
+    [
+        &b"system.posix_acl_access"[..],
+        b"system.posix_acl_default",
+        b"security.selinux",
+    ]
+    .contains(&name)
+}
+
 /// Reading (`write` false) or changing an extended attribute (`xattr_permission`).
 /// `user.` attributes exist only on regular files and directories (EPERM to change,
 /// ENODATA to read), and only the owner changes them on a sticky directory.

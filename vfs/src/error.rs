@@ -349,6 +349,9 @@ pub(crate) mod kind {
     pub fn TooBig() -> Error {
         Error::TooBig(ErrorPath::none())
     }
+    pub fn NotSupported() -> Error {
+        Error::NotSupported(ErrorPath::none())
+    }
 }
 
 fn storage_errno(source: &rusqlite::Error) -> i32 {

@@ -1616,9 +1616,14 @@ impl Workspace {
         // The kernel asks for `security.capability` before the first write to every
         // file; that needs no permission and, while no attribute exists, no query.
         let cred = cred.filter(|_| access::xattr_needs_permission(name));
+        let missing = if access::xattr_not_kept(name) {
+            kind::NotSupported
+        } else {
+            kind::NoAttribute
+        };
         let none_exist = !self.inner.xattrs_maybe.load(Ordering::SeqCst);
         if none_exist && cred.is_none() {
-            return Err(kind::NoAttribute());
+            return Err(missing());
         }
         self.inner.db.read(|conn| {
             let attr = store::attr(conn, ino)?;
@@ -1626,9 +1631,9 @@ impl Workspace {
                 access::may_xattr(&attr, name, false, cred)?;
             }
             if none_exist {
-                return Err(kind::NoAttribute());
+                return Err(missing());
             }
-            store::xattr(conn, ino, name)?.ok_or_else(kind::NoAttribute)
+            store::xattr(conn, ino, name)?.ok_or_else(missing)
         })
     }
 
@@ -1651,6 +1656,9 @@ impl Workspace {
         mode: XattrSet,
     ) -> Result<()> {
         let cred = who.cred();
+        if access::xattr_not_kept(name) {
+            return Err(kind::NotSupported());
+        }
         self.write_gate().pass()?;
         if name.is_empty() {
             return Err(Error::invalid("empty attribute name"));
@@ -1911,6 +1919,48 @@ mod tests {
 
     fn dirty_total(ws: &Workspace) -> usize {
         ws.inner.files.dirty_total()
+    }
+
+    #[test]
+    fn acls_and_selinux_labels_are_not_kept_but_old_ones_stay_readable() {
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let (attr, fh) = ws
+            .create(
+                Who::Trusted,
+                InodeNo::ROOT,
+                b"f",
+                NewNode::new(0o644),
+                OpenFlags::READ_WRITE,
+            )
+            .unwrap();
+        ws.release(fh).unwrap();
+        let errno = |r: Result<Vec<u8>>| r.map_or_else(|e| e.errno(), |_| 0);
+        for name in [&b"system.posix_acl_access"[..], b"security.selinux"] {
+            let set = ws.setxattr(Who::Trusted, attr.ino, name, b"x", XattrSet::Any);
+            assert_eq!(set.unwrap_err().errno(), libc::EOPNOTSUPP);
+            assert_eq!(
+                errno(ws.getxattr(Who::Trusted, attr.ino, name)),
+                libc::EOPNOTSUPP
+            );
+        }
+        assert_eq!(
+            errno(ws.getxattr(Who::Trusted, attr.ino, b"user.missing")),
+            libc::ENODATA
+        );
+        // Stored by an earlier version: read, listed and removed as before.
+        let legacy = b"system.posix_acl_default";
+        ws.inner.xattrs_maybe.store(true, Ordering::SeqCst);
+        ws.inner
+            .db
+            .write(|txn| store::put_xattr(txn, attr.ino, legacy, b"old"))
+            .unwrap();
+        assert_eq!(ws.getxattr(Who::Trusted, attr.ino, legacy).unwrap(), b"old");
+        assert_eq!(ws.listxattr(attr.ino).unwrap(), vec![legacy.to_vec()]);
+        ws.removexattr(Who::Trusted, attr.ino, legacy).unwrap();
+        assert_eq!(
+            errno(ws.getxattr(Who::Trusted, attr.ino, legacy)),
+            libc::EOPNOTSUPP
+        );
     }
 
     #[test]
