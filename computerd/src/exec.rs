@@ -703,6 +703,14 @@ pub(crate) fn wait_intent(
     let intent: computer_sync::Intent = intent
         .parse()
         .map_err(|why: String| computer_runtimes::Error::Invalid(why))?;
+    // It came from a caller and goes into a one-line request: a replica id is a word.
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if !intent.replica_id.chars().all(word) {
+        return Err(computer_runtimes::Error::Invalid(format!(
+            "intent {:?}: not one this server made (a replica id is one word)",
+            intent.to_string()
+        )));
+    }
     let request = format!("wait {intent} {}\n", timeout.as_millis());
     let answer = crate::replica::ask_replica(control, &request).map_err(|err| {
         computer_runtimes::Error::Connect {
