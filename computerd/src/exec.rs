@@ -192,12 +192,17 @@ fn run_on_owner(
         });
         follow(&upstream, &exec).await
     });
-    ran.map_err(|err| match err.downcast::<computer_sync::Error>() {
-        // The owner's refusal, which says what was refused.
+    ran.map_err(|err| owner_call_error(address, err))
+}
+
+/// A failed call to the owner's runner, said for the user: the owner's refusal as it
+/// says it, a broken connection with its address.
+fn owner_call_error(address: &Address, err: anyhow::Error) -> anyhow::Error {
+    match err.downcast::<computer_sync::Error>() {
         Ok(computer_sync::Error::File { message, .. }) => anyhow!(message),
         Ok(err) => crate::fs_files::connection_error(address, err),
         Err(err) => err,
-    })
+    }
 }
 
 /// `computerd sync --remote ADDR|--workspace DB --intent INTENT`, if the arguments name
@@ -257,6 +262,8 @@ pub(crate) fn wait_on_owner(
     intent: &str,
     timeout: Duration,
 ) -> anyhow::Result<SyncOutcome> {
+    // Said here, before any connection, when it cannot be an intent at all.
+    let intent: computer_sync::Intent = intent.parse().map_err(|why: String| anyhow!(why))?;
     let (address, token) = match owner {
         ResultOwner::Remote {
             address,
@@ -266,12 +273,6 @@ pub(crate) fn wait_on_owner(
             crate::remote::read_token(token_file)?,
         ),
         ResultOwner::Workspace(db) => {
-            if !owner::is_held(db) {
-                bail!(
-                    "{}: not mounted or served here, so no command of it waits to sync",
-                    db.display()
-                );
-            }
             let channel = Owner::running(db)?;
             (Address::Unix(channel.socket), channel.token.into_bytes())
         }
@@ -279,28 +280,16 @@ pub(crate) fn wait_on_owner(
     let files = RemoteFiles::connect(&address, &token)?;
     let upstream = files.upstream().clone();
     let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-    let intent = intent.to_owned();
+    let intent = intent.to_string();
     let waited = files.block_on(async move {
         let runner = upstream.runner().await?;
         let mut request = runner.wait_sync_request();
         request.get().set_intent(&intent);
         request.get().set_wait_ms(wait_ms);
         let answer = upstream.answer(request.send().promise).await?;
-        let answer = answer.get()?;
-        let text = |t: capnp::Result<capnp::text::Reader<'_>>| -> anyhow::Result<String> {
-            Ok(t?.to_string()?)
-        };
-        Ok::<_, anyhow::Error>(exec_wire::read_sync(
-            answer.get_sync()?.to_str()?,
-            text(answer.get_sync_detail())?,
-            text(answer.get_sync_reason())?,
-        ))
+        Ok::<_, anyhow::Error>(exec_wire::read_wait_sync(answer.get()?)?)
     });
-    waited.map_err(|err| match err.downcast::<computer_sync::Error>() {
-        Ok(computer_sync::Error::File { message, .. }) => anyhow!(message),
-        Ok(err) => crate::fs_files::connection_error(&address, err),
-        Err(err) => err,
-    })
+    waited.map_err(|err| owner_call_error(&address, err))
 }
 
 /// Reads an exec's events until its exit, writing its output to ours as it comes.
@@ -522,6 +511,9 @@ impl Owner {
 
     /// The channel of the running mount or server of `db`.
     fn running(db: &Path) -> anyhow::Result<owner::Channel> {
+        if !owner::is_held(db) {
+            bail!("{}: not mounted or served here", db.display());
+        }
         let holder = owner::read_holder(&owner::owner_path(db)).ok_or_else(|| {
             anyhow!(
                 "{}: in use by a process that does not say who it is",
@@ -703,14 +695,6 @@ pub(crate) fn wait_intent(
     let intent: computer_sync::Intent = intent
         .parse()
         .map_err(|why: String| computer_runtimes::Error::Invalid(why))?;
-    // It came from a caller and goes into a one-line request: a replica id is a word.
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if !intent.replica_id.chars().all(word) {
-        return Err(computer_runtimes::Error::Invalid(format!(
-            "intent {:?}: not one this server made (a replica id is one word)",
-            intent.to_string()
-        )));
-    }
     let request = format!("wait {intent} {}\n", timeout.as_millis());
     let answer = crate::replica::ask_replica(control, &request).map_err(|err| {
         computer_runtimes::Error::Connect {

@@ -344,7 +344,7 @@ fn sync_fields(outcome: &SyncOutcome) -> (&'static str, &str, &str) {
 }
 
 /// The outcome [`sync_fields`] wrote.
-pub fn read_sync(sync: &str, detail: String, reason: String) -> SyncOutcome {
+fn read_sync(sync: &str, detail: String, reason: String) -> SyncOutcome {
     match sync {
         "complete" => SyncOutcome::Complete,
         "pending" => SyncOutcome::Pending {
@@ -394,10 +394,21 @@ pub fn read_event(event: exec_event::Reader<'_>) -> capnp::Result<Event> {
     })
 }
 
+/// Text the wire carries, as an owned string.
+fn text(t: capnp::Result<capnp::text::Reader<'_>>) -> capnp::Result<String> {
+    Ok(t?.to_string()?)
+}
+
+/// The outcome a `waitSync` call answered.
+pub fn read_wait_sync(answer: runner::wait_sync_results::Reader<'_>) -> capnp::Result<SyncOutcome> {
+    Ok(read_sync(
+        answer.get_sync()?.to_str()?,
+        text(answer.get_sync_detail())?,
+        text(answer.get_sync_reason())?,
+    ))
+}
+
 fn read_outcome(outcome: exec_outcome::Reader<'_>) -> capnp::Result<ExecResult> {
-    let text = |t: capnp::Result<capnp::text::Reader<'_>>| -> capnp::Result<String> {
-        Ok(t?.to_string()?)
-    };
     let status = match outcome.get_status()?.to_str()? {
         "completed" => ExecStatus::Completed,
         "cancelled" => ExecStatus::Cancelled,

@@ -5,8 +5,9 @@
 //! before every command (or the command does not run) and after it (complete, pending
 //! or lost): the bracket, as for `computerd exec --remote`, but with the replica warm.
 //!
-//! A replica that died is noticed before the next command (it is no longer a mount)
-//! and mounted again; the backend's connection, and its warm sandbox, go with it. When
+//! A replica that died is noticed before the next command (it is no longer a mount, or
+//! its mount answers ENOTCONN) and mounted again over its cache; the backend's
+//! connection, and its warm sandbox, go with it (the view's generation changed). When
 //! the backend reaps its warm sandbox for idleness (whose view would have kept the mount
 //! alive), the replica is taken down too, and mounted again by the next command.
 
@@ -174,13 +175,13 @@ impl WorkspaceView for ServedReplica {
         outcome
     }
 
-    /// A replica found dead is taken off its mount point at once: the sandbox that
-    /// replaces the one over it needs the directory there, and the next `before_exec`
-    /// mounts the replica again over its cache.
     fn generation(&self) -> u64 {
         self.mounts.load(Ordering::SeqCst)
     }
 
+    /// A replica found dead is taken off its mount point at once: the sandbox that
+    /// replaces the one over it needs the directory there, and the next `before_exec`
+    /// mounts the replica again over its cache.
     fn is_alive(&self) -> bool {
         if self.is_live() {
             return true;

@@ -476,6 +476,15 @@ fn the_servers_replica_is_reaped_when_idle_and_comes_back() {
     );
 }
 
+/// A server whose temporary directory, where its replica's cache goes, is a 160 MiB
+/// tmpfs. Bind both (`(_disk, server)`): the server goes first, then the disk.
+fn server_with_replica_on_small_disk() -> (common::SmallDisk, common::Server) {
+    let disk = common::SmallDisk::mount("160m");
+    let tmp = disk.path().to_str().unwrap().to_owned();
+    let server = common::Server::start_with_env(&[("TMPDIR", &tmp)]);
+    (disk, server)
+}
+
 /// The disk of the server's replica fills up: the command that filled it learns ENOSPC
 /// and its sync is pending (its file cannot be stored to be pushed; waiting on its
 /// intent says so), but the next command still runs on what the replica pulled, and
@@ -483,9 +492,7 @@ fn the_servers_replica_is_reaped_when_idle_and_comes_back() {
 /// never saw the file that did not fit.
 #[test]
 fn a_full_disk_under_the_servers_replica_does_not_stop_the_next_command() {
-    let disk = common::SmallDisk::mount("160m");
-    let tmp = disk.path().to_str().unwrap().to_owned();
-    let server = common::Server::start_with_env(&[("TMPDIR", &tmp)]);
+    let (_disk, server) = server_with_replica_on_small_disk();
     server.fs_ok(&["write", "/kept.txt"], b"kept\n");
 
     let out = exec(
@@ -564,9 +571,7 @@ fn a_killed_replica_of_the_server_is_mounted_again() {
 /// (and a new sandbox: the old one bound the dead mount).
 #[test]
 fn a_pending_result_whose_replica_lost_its_cache_is_lost() {
-    let disk = common::SmallDisk::mount("160m");
-    let tmp = disk.path().to_str().unwrap().to_owned();
-    let server = common::Server::start_with_env(&[("TMPDIR", &tmp)]);
+    let (disk, server) = server_with_replica_on_small_disk();
     let out = exec(
         &server.db,
         &[],

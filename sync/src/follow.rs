@@ -117,6 +117,12 @@ impl std::str::FromStr for Intent {
         if id.is_empty() {
             return Err(format!("{text:?}: no replica id"));
         }
+        // A replica id is a word (hex digits, as the store makes them): an intent
+        // travels in one-line requests, where a space or a newline would end it.
+        let word = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if !id.chars().all(word) {
+            return Err(format!("{text:?}: a replica id is one word"));
+        }
         Ok(Intent {
             replica_id: id.to_owned(),
             revision: Revision(revision),
@@ -905,7 +911,7 @@ mod tests {
         assert_eq!(intent.replica_id, "abc-123");
         assert_eq!(intent.revision, Revision(42));
         assert_eq!(intent.to_string(), "abc-123@42");
-        for bad in ["", "abc", "@1", "abc@", "abc@x"] {
+        for bad in ["", "abc", "@1", "abc@", "abc@x", "a b@1", "a\nb@1"] {
             assert!(bad.parse::<Intent>().is_err(), "{bad:?}");
         }
     }

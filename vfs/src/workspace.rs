@@ -1921,18 +1921,22 @@ mod tests {
         ws.inner.files.dirty_total()
     }
 
+    /// `/f`, made and open for reading and writing.
+    fn create_f(ws: &Workspace) -> (Attr, FileHandle) {
+        ws.create(
+            Who::Trusted,
+            InodeNo::ROOT,
+            b"f",
+            NewNode::new(0o644),
+            OpenFlags::READ_WRITE,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn acls_and_selinux_labels_are_not_kept_but_old_ones_stay_readable() {
         let ws = Workspace::open_in_memory(Options::default()).unwrap();
-        let (attr, fh) = ws
-            .create(
-                Who::Trusted,
-                InodeNo::ROOT,
-                b"f",
-                NewNode::new(0o644),
-                OpenFlags::READ_WRITE,
-            )
-            .unwrap();
+        let (attr, fh) = create_f(&ws);
         ws.release(fh).unwrap();
         let errno = |r: Result<Vec<u8>>| r.map_or_else(|e| e.errno(), |_| 0);
         for name in [&b"system.posix_acl_access"[..], b"security.selinux"] {
@@ -1966,15 +1970,7 @@ mod tests {
     #[test]
     fn truncating_buffered_writes_releases_their_bytes() {
         let ws = Workspace::open_in_memory(Options::default()).unwrap();
-        let (attr, fh) = ws
-            .create(
-                Who::Trusted,
-                InodeNo::ROOT,
-                b"f",
-                NewNode::new(0o644),
-                OpenFlags::READ_WRITE,
-            )
-            .unwrap();
+        let (attr, fh) = create_f(&ws);
         ws.write(fh, 0, &[7u8; 8000]).unwrap();
         assert_eq!(dirty_total(&ws), 8000);
         let shrink = SetAttr {
