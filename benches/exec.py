@@ -65,6 +65,14 @@ def cell(samples):
     return f"{statistics.median(samples):.1f} ({min(samples):.1f})"
 
 
+def rows(label, ours, cwd, reps):
+    """One table row per command: `sh -c CMD` in `cwd` against `ours + [CMD]`."""
+    for name, cmd in COMMANDS:
+        host, timed_ours = paired(["sh", "-c", cmd], ours + [cmd], reps, cwd)
+        overhead = statistics.median(timed_ours) - statistics.median(host)
+        print(f"| {label}{name} | {cell(host)} | {cell(timed_ours)} | {overhead:.1f} |", flush=True)
+
+
 def serve(computerd, db, work):
     """Starts `computerd serve` on a free loopback port; returns (process, address, token file)."""
     token = os.path.join(work, "token")
@@ -88,10 +96,7 @@ def served(computerd, db, work, reps):
     try:
         first = timed(remote + ["--", "true"])
         print(f"| served: `true`, the server's first exec (mounts its replica, starts the sandbox) | | {first:.1f} | |")
-        for name, cmd in COMMANDS:
-            host, ours = paired(["sh", "-c", cmd], remote + ["--", cmd], reps, host_copy)
-            overhead = statistics.median(ours) - statistics.median(host)
-            print(f"| served: {name} | {cell(host)} | {cell(ours)} | {overhead:.1f} |", flush=True)
+        rows("served: ", remote + ["--"], host_copy, reps)
         here = [timed(remote + ["--replica", "--", "true"]) for _ in range(max(3, reps // 4))]
         print(f"| `--remote --replica`: `true` (a replica mounted here for the command) | | {cell(here)} | |")
     finally:
@@ -119,10 +124,7 @@ def main():
         print("| command | host ms | computerd exec ms | overhead ms |")
         print("|---|---:|---:|---:|")
         print(f"| `true`, the mount's first exec (starts the sandbox) | | {first:.1f} | |")
-        for name, cmd in COMMANDS:
-            host, ours = paired(["sh", "-c", cmd], [computerd, "exec", db, "--", cmd], args.reps, mnt)
-            overhead = statistics.median(ours) - statistics.median(host)
-            print(f"| {name} | {cell(host)} | {cell(ours)} | {overhead:.1f} |", flush=True)
+        rows("", [computerd, "exec", db, "--"], mnt, args.reps)
     finally:
         subprocess.run([computerd, "umount", mnt], check=True)
     cold = [timed([computerd, "exec", db, "--", "true"]) for _ in range(max(3, args.reps // 4))]
