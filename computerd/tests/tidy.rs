@@ -39,7 +39,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("vfs/src/changes.rs", "apply_entry", 89),
     ("sync/src/sim/replicas.rs", "attempt_ended", 88),
     ("vfs/src/check.rs", "check_blocks", 74),
-    ("vfs/src/resolve.rs", "resolve_in", 85),
+    ("vfs/src/resolve.rs", "resolve_in", 79),
     (
         "vfs/src/changes_full_scan.rs",
         "changes_after_full_scan",

@@ -15,6 +15,9 @@ const AUDIT_TEXT_BYTES_MAX: usize = 4 << 10;
 /// What kind of record: an exec that ran, or one refused before it did.
 pub const KIND_EXEC: &str = "exec";
 pub const KIND_REFUSED: &str = "refused";
+/// `auto` sent an exec past a backend that could not run it; the exec's own record
+/// follows when it ends.
+pub const KIND_ESCALATED: &str = "escalated";
 
 /// One exec, as the trail keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +74,13 @@ impl AuditEntry {
         AuditEntry {
             status: KIND_REFUSED.to_owned(),
             error: Some(bounded(&error.to_string())),
+            ..AuditEntry::asked(asked, backend, reason)
+        }
+    }
+
+    pub(crate) fn escalated(asked: &Asked<'_>, backend: &str, reason: &str) -> AuditEntry {
+        AuditEntry {
+            status: KIND_ESCALATED.to_owned(),
             ..AuditEntry::asked(asked, backend, reason)
         }
     }

@@ -31,6 +31,12 @@ pub trait Backend: Send + Sync {
     /// and again after a failure (a failed connect is not kept) or once the connection
     /// says it is dead.
     fn connect(&self) -> Result<Arc<dyn Connection>>;
+    /// Whether this backend can run `script`, judged from its text alone and the same
+    /// way every time (`auto` asks, cheapest backend first); else why not, one line.
+    fn can_run(&self, script: &str) -> std::result::Result<(), String> {
+        let _ = script;
+        Ok(())
+    }
     /// Waits up to `timeout` for the writes a pending result named by `intent` to
     /// reach the authoritative side. A backend that never leaves a sync pending (it
     /// writes to the workspace itself) has none to wait for.

@@ -8,7 +8,9 @@
 //! workspace is brought up to date before the command runs, and what the command wrote
 //! is sent to the authoritative side before the result says [`SyncOutcome::Complete`].
 //!
-//! Backends: [`linux`], a bubblewrap sandbox per command over a [`linux::WorkspaceView`].
+//! Backends: [`linux`], a bubblewrap sandbox per command over a [`linux::WorkspaceView`];
+//! [`shell`], a bash-compatible interpreter in this process on the workspace store. The
+//! id [`AUTO`] routes each script to the cheapest backend that can run it.
 //! This crate knows processes, not FUSE or RPC: `computerd` provides the views (its
 //! mounts) and the wire and command-line surfaces.
 
@@ -21,6 +23,7 @@ pub mod linux;
 mod log;
 pub mod policy;
 pub mod seccomp;
+pub mod shell;
 mod spine;
 mod warm;
 
@@ -31,6 +34,6 @@ pub use exec::{Event, ExecOptions, ExecResult, ExecStatus, Stream, SyncOutcome, 
 pub use log::EXEC_LOG_BYTES_MAX;
 pub use policy::PolicyFile;
 pub use spine::{
-    normalize_cwd, ExecHandle, Runtimes, CHUNK_BYTES_MAX, FINISHED_KEPT_FOR, FINISHED_KEPT_MAX,
-    KILL_GRACE, RUNNING_MAX,
+    normalize_cwd, ExecHandle, Runtimes, AUTO, CHUNK_BYTES_MAX, FINISHED_KEPT_FOR,
+    FINISHED_KEPT_MAX, KILL_GRACE, RUNNING_MAX,
 };

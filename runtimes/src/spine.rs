@@ -14,7 +14,7 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::audit::{Asked, AuditEntry, AuditSink, KIND_EXEC, KIND_REFUSED};
+use crate::audit::{Asked, AuditEntry, AuditSink, KIND_ESCALATED, KIND_EXEC, KIND_REFUSED};
 use crate::backend::{Backend, Connection, Description, Process, SpawnRequest, Spawned};
 use crate::error::{Error, Result};
 use crate::exec::{Event, ExecOptions, ExecResult, ExecStatus, Stream, SyncOutcome};
@@ -40,6 +40,18 @@ struct Registered {
     connection: Mutex<Option<Arc<dyn Connection>>>,
 }
 
+/// The backend id that routes each script to the cheapest backend able to run it
+/// ([`Runtimes::set_auto`]).
+pub const AUTO: &str = "auto";
+
+/// The backend an exec goes to, and why.
+struct Choice<'a> {
+    registered: &'a Registered,
+    reason: String,
+    /// `auto` passed over a backend that could not run the script.
+    escalated: bool,
+}
+
 /// The exec entry point over the registered backends.
 #[derive(Default)]
 pub struct Runtimes {
@@ -47,6 +59,8 @@ pub struct Runtimes {
     execs: Mutex<HashMap<String, Arc<ExecState>>>,
     next_id: AtomicU64,
     audit: Option<Arc<dyn AuditSink>>,
+    /// `auto`'s order of backends, cheapest first; empty: no `auto`.
+    auto: Vec<String>,
 }
 
 /// What was asked of an exec, kept for its audit record.
@@ -176,12 +190,18 @@ impl Runtimes {
         asked: &AskedOwned,
         known: &mut Known,
     ) -> Result<ExecHandle> {
-        let (registered, reason) = self.choose(options.backend.as_deref())?;
+        let choice = self.choose_for(options.backend.as_deref(), script)?;
+        let (registered, reason) = (choice.registered, choice.reason);
         known.backend = registered.backend.id().to_owned();
         known.reason = reason.clone();
         let cwd = normalize_cwd(options.cwd.as_deref().unwrap_or("/"))?;
         let state = self.claim(options.id, registered.backend.id(), reason)?;
         known.id = state.id.clone();
+        if let (true, Some(audit)) = (choice.escalated, &self.audit) {
+            let entry =
+                AuditEntry::escalated(&asked.view(&known.id), &known.backend, &known.reason);
+            audit.keep(KIND_ESCALATED, &entry);
+        }
         let started = Instant::now();
         let span = tracing::info_span!("exec", id = %state.id, backend = %state.backend);
         let request = SpawnRequest {
@@ -270,6 +290,60 @@ impl Runtimes {
         for registered in &self.backends {
             drop(lock(&registered.connection).take());
         }
+    }
+
+    /// Makes `auto` a backend id callers may ask for: it picks the first backend of
+    /// `order` that can run the script ([`Backend::can_run`]), the last one if none
+    /// says so. Every id must be registered.
+    pub fn set_auto(&mut self, order: &[&str]) -> Result<()> {
+        if order.is_empty() {
+            return Err(Error::Invalid("auto needs at least one backend".into()));
+        }
+        for id in order {
+            self.choose(Some(id))?;
+        }
+        self.auto = order.iter().map(|id| id.to_string()).collect();
+        Ok(())
+    }
+
+    /// The backend for `script`: the one asked for, the default, or `auto`'s choice.
+    fn choose_for(&self, asked: Option<&str>, script: &str) -> Result<Choice<'_>> {
+        if asked != Some(AUTO) || self.auto.is_empty() {
+            let (registered, reason) = self.choose(asked)?;
+            return Ok(Choice {
+                registered,
+                reason,
+                escalated: false,
+            });
+        }
+        let mut refusals = Vec::new();
+        for (at, id) in self.auto.iter().enumerate() {
+            let (registered, _) = self.choose(Some(id))?;
+            let last = at + 1 == self.auto.len();
+            match registered.backend.can_run(script) {
+                Ok(()) if refusals.is_empty() => {
+                    let reason = format!("auto: {id} can run every command of the script");
+                    return Ok(Choice {
+                        registered,
+                        reason,
+                        escalated: false,
+                    });
+                }
+                Ok(()) => {}
+                Err(why) if !last => {
+                    refusals.push(format!("not {id}: {why}"));
+                    continue;
+                }
+                Err(why) => refusals.push(format!("{id} says: {why}")),
+            }
+            let reason = format!("auto: escalated to {id} ({})", refusals.join("; "));
+            return Ok(Choice {
+                registered,
+                reason,
+                escalated: true,
+            });
+        }
+        unreachable!("the loop returns at the last backend of a non-empty order")
     }
 
     fn choose(&self, asked: Option<&str>) -> Result<(&Registered, String)> {

@@ -5,10 +5,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{collect, run};
 use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
 use computer_runtimes::{
-    Error, Event, ExecHandle, ExecOptions, ExecStatus, Runtimes, Stream, SyncOutcome,
-    EXEC_LOG_BYTES_MAX, KILL_GRACE,
+    Error, Event, ExecOptions, ExecStatus, Runtimes, SyncOutcome, EXEC_LOG_BYTES_MAX, KILL_GRACE,
 };
 
 fn runtimes_with(dir: &Path, policy: LinuxPolicy) -> Runtimes {
@@ -27,37 +29,6 @@ fn runtimes_with(dir: &Path, policy: LinuxPolicy) -> Runtimes {
 
 fn runtimes(dir: &Path) -> Runtimes {
     runtimes_with(dir, LinuxPolicy::default())
-}
-
-/// Stdout and stderr of a finished exec, from its events.
-fn collect(handle: &mut ExecHandle) -> (String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    for event in handle.by_ref() {
-        match event {
-            Event::Output {
-                stream: Stream::Stdout,
-                data,
-                ..
-            } => out.extend(data),
-            Event::Output {
-                stream: Stream::Stderr,
-                data,
-                ..
-            } => err.extend(data),
-            Event::Missed { first, next } => panic!("missed events {first}..{next}"),
-            Event::Exit { .. } => {}
-        }
-    }
-    (
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    )
-}
-
-fn run(rt: &Runtimes, script: &str) -> (String, String, i32) {
-    let mut handle = rt.exec(script, ExecOptions::default()).unwrap();
-    let (out, err) = collect(&mut handle);
-    (out, err, handle.result().exit_code)
 }
 
 /// Whether a process whose command line contains `marker` is alive on the host.

@@ -273,7 +273,7 @@ fn check_blocks(
         if let Err(err) = verified {
             report.problem(format!("block {id}: {err}"));
         }
-        if report.blocks % 256 == 0 {
+        if report.blocks.is_multiple_of(256) {
             progress(CheckProgress {
                 blocks_done: report.blocks,
                 blocks_total: blocks_total as u64,

@@ -27,7 +27,8 @@ impl ChunkSizes {
 
     /// Whether FastCDC accepts these sizes.
     pub fn is_valid(&self) -> bool {
-        let even = self.min % 2 == 0 && self.avg % 2 == 0 && self.max % 2 == 0;
+        let even =
+            self.min.is_multiple_of(2) && self.avg.is_multiple_of(2) && self.max.is_multiple_of(2);
         even && (v2020::MINIMUM_MIN..=v2020::MINIMUM_MAX).contains(&self.min)
             && (v2020::AVERAGE_MIN..=v2020::AVERAGE_MAX).contains(&self.avg)
             && (v2020::MAXIMUM_MIN..=v2020::MAXIMUM_MAX).contains(&self.max)

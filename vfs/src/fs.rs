@@ -14,7 +14,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 
 use crate::error::{kind, Error, Result};
 use crate::open_files::{FileHandle, OpenFlags};
-use crate::resolve::{resolve_in, Resolved};
+use crate::resolve::{resolve_in, Resolved, Symlinks};
 use crate::store::{self, PATH_MAX};
 use crate::types::*;
 use crate::workspace::Workspace;
@@ -51,6 +51,7 @@ pub struct Fs {
     ws: Workspace,
     uid: u32,
     gid: u32,
+    symlinks: Symlinks,
 }
 
 fn path_bytes(path: &str) -> Result<&[u8]> {
@@ -79,7 +80,12 @@ impl Fs {
     pub(crate) fn new(ws: Workspace) -> Fs {
         // SAFETY: geteuid/getegid cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        Fs { ws, uid, gid }
+        Fs {
+            ws,
+            uid,
+            gid,
+            symlinks: Symlinks::Follow,
+        }
     }
 
     /// The workspace under this API.
@@ -91,6 +97,15 @@ impl Fs {
     pub fn with_owner(mut self, uid: u32, gid: u32) -> Fs {
         self.uid = uid;
         self.gid = gid;
+        self
+    }
+
+    /// Sets what resolution does with a symlink a path goes on through (default: follows
+    /// it). With [`Symlinks::Refuse`] every operation that would follow one fails with
+    /// ELOOP (`lstat`, `readlink`, `unlink` and `rename` of a link itself still work):
+    /// for a caller that follows links itself.
+    pub fn with_symlinks(mut self, symlinks: Symlinks) -> Fs {
+        self.symlinks = symlinks;
         self
     }
 
@@ -107,7 +122,7 @@ impl Fs {
         let bytes = path_bytes(path)?;
         self.ws
             .db()
-            .read(|conn| resolve_in(conn, bytes, follow))
+            .read(|conn| resolve_in(conn, bytes, follow, self.symlinks))
             .map_err(|e| e.at(path))
     }
 
@@ -149,7 +164,7 @@ impl Fs {
             .ws
             .db()
             .read(|conn| {
-                let resolved = resolve_in(conn, bytes, follow)?;
+                let resolved = resolve_in(conn, bytes, follow, self.symlinks)?;
                 let ino = resolved.ino.ok_or_else(kind::NotFound)?;
                 store::attr(conn, ino)
             })
@@ -434,6 +449,20 @@ impl Fs {
         loop {
             let page = self.ws.readdir(ino, after, 1024).map_err(|e| e.at(path))?;
             let Some(last) = page.last() else { break };
+            after = last.cookie;
+            out.extend(page);
+        }
+        Ok(out)
+    }
+
+    /// Every entry of a directory with its attributes, in creation order.
+    pub fn readdir_plus(&self, path: &str) -> Result<Vec<(DirEntry, Attr)>> {
+        let ino = self.existing(path, true)?;
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = (self.ws.readdir_plus(ino, after, 1024)).map_err(|e| e.at(path))?;
+            let Some((last, _)) = page.last() else { break };
             after = last.cookie;
             out.extend(page);
         }
@@ -857,5 +886,30 @@ mod tests {
     fn relative_paths_are_refused() {
         assert!(matches!(path_bytes("a/b"), Err(Error::Invalid { .. })));
         assert!(path_bytes("/a/b").is_ok());
+    }
+
+    #[test]
+    fn refusing_symlinks_fails_where_a_link_would_be_followed() {
+        let ws = Workspace::open_in_memory(Default::default()).unwrap();
+        let fs = ws.fs();
+        fs.mkdir("/d", MkdirOptions::default()).unwrap();
+        fs.write_file("/d/f", b"x").unwrap();
+        fs.symlink("d", "/via").unwrap();
+        fs.symlink("/d/f", "/abs").unwrap();
+        assert_eq!(fs.read_file("/via/f").unwrap(), b"x");
+        let refusing = fs.clone().with_symlinks(Symlinks::Refuse);
+        assert!(matches!(refusing.read_file("/via/f"), Err(Error::Loop(_))));
+        assert!(matches!(refusing.read_file("/abs"), Err(Error::Loop(_))));
+        assert!(matches!(refusing.stat("/abs"), Err(Error::Loop(_))));
+        assert!(matches!(
+            refusing.write_file("/abs", b"y"),
+            Err(Error::Loop(_))
+        ));
+        assert!(refusing.lstat("/abs").unwrap().kind == FileKind::Symlink);
+        assert_eq!(refusing.readlink("/abs").unwrap(), "/d/f");
+        assert_eq!(refusing.read_file("/d/f").unwrap(), b"x");
+        refusing.rename("/abs", "/abs2").unwrap();
+        refusing.unlink("/abs2").unwrap();
+        assert_eq!(fs.read_file("/d/f").unwrap(), b"x");
     }
 }

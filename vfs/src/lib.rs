@@ -69,7 +69,7 @@ pub use ingest::IngestOutcome;
 pub use open_files::{FileHandle, OpenFlags};
 pub use peer_rows::PeerState;
 pub use peers::{Applied, Conflict};
-pub use resolve::SYMLINKS_MAX;
+pub use resolve::{Symlinks, SYMLINKS_MAX};
 pub use search::{GrepMatch, GrepOptions};
 pub use staged::Opened;
 pub use staging::StagedFile;

@@ -441,7 +441,12 @@ fn conflict_name(
     state: Option<&EntryState>,
 ) -> Result<(Vec<u8>, bool)> {
     for candidate in conflict_candidates(path, peer, revision) {
-        let taken = match crate::resolve::resolve_in(conn, &candidate, false) {
+        let taken = match crate::resolve::resolve_in(
+            conn,
+            &candidate,
+            false,
+            crate::resolve::Symlinks::Follow,
+        ) {
             Ok(r) => r.ino,
             Err(Error::NotFound(_)) | Err(Error::NotDir(_)) => None,
             Err(e) => return Err(e),

@@ -11,6 +11,18 @@ use crate::types::*;
 /// Symlinks followed while resolving one path before giving up with ELOOP.
 pub const SYMLINKS_MAX: usize = 40;
 
+/// What resolution does with a symlink it meets where a path goes on through it (in
+/// the middle, or at the end when following).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Symlinks {
+    /// Follows it, as the kernel does: an absolute target starts at the workspace root.
+    #[default]
+    Follow,
+    /// Fails with ELOOP: for callers that resolve links themselves, in a namespace of
+    /// their own where an absolute target means something else (the shell backend's).
+    Refuse,
+}
+
 /// Where a path leads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Resolved {
@@ -27,6 +39,7 @@ pub(crate) fn resolve_in(
     conn: &rusqlite::Connection,
     path: &[u8],
     follow: bool,
+    symlinks: Symlinks,
 ) -> Result<Resolved> {
     let must_be_dir = path.len() > 1 && path.ends_with(b"/");
     let mut pending: Vec<Vec<u8>> = components(path);
@@ -73,21 +86,14 @@ pub(crate) fn resolve_in(
             return Err(kind::NotFound());
         };
         if child.kind == FileKind::Symlink && (!is_last || follow || must_be_dir) {
+            if symlinks == Symlinks::Refuse {
+                return Err(kind::Loop());
+            }
             links += 1;
             if links > SYMLINKS_MAX {
                 return Err(kind::Loop());
             }
-            let target = store::symlink_target(conn, child.ino)?;
-            if target.starts_with(b"/") {
-                chain.truncate(1);
-            }
-            let mut parts = components(&target);
-            if parts.is_empty() {
-                parts.push(b".".to_vec());
-            }
-            for part in parts.into_iter().rev() {
-                pending.push(part);
-            }
+            enter_link(conn, child.ino, &mut chain, &mut pending)?;
             continue;
         }
         if is_last {
@@ -107,6 +113,26 @@ pub(crate) fn resolve_in(
         name: last_name,
         ino: last_ino,
     })
+}
+
+/// Goes on through symlink `ino`: its target's components are resolved next, from the
+/// root if it is absolute.
+fn enter_link(
+    conn: &rusqlite::Connection,
+    ino: InodeNo,
+    chain: &mut Vec<InodeNo>,
+    pending: &mut Vec<Vec<u8>>,
+) -> Result<()> {
+    let target = store::symlink_target(conn, ino)?;
+    if target.starts_with(b"/") {
+        chain.truncate(1);
+    }
+    let mut parts = components(&target);
+    if parts.is_empty() {
+        parts.push(b".".to_vec());
+    }
+    pending.extend(parts.into_iter().rev());
+    Ok(())
 }
 
 fn components(path: &[u8]) -> Vec<Vec<u8>> {

@@ -89,7 +89,7 @@ impl Workspace {
                 prefix.extend_from_slice(part);
                 // Not following a final symlink: a missing prefix is created where its
                 // own name is, never at the place a dangling symlink points to.
-                let resolved = resolve_in(txn, &prefix, false)?;
+                let resolved = resolve_in(txn, &prefix, false, crate::resolve::Symlinks::Follow)?;
                 let Some(mut ino) = resolved.ino else {
                     created_from = Some((resolved.parent, i));
                     break;
@@ -97,7 +97,7 @@ impl Workspace {
                 if store::attr(txn, ino)?.kind == FileKind::Symlink {
                     // A symlink to a directory is fine; one that leads nowhere is a
                     // name already taken, as mkdir(2) sees it.
-                    ino = match resolve_in(txn, &prefix, true) {
+                    ino = match resolve_in(txn, &prefix, true, crate::resolve::Symlinks::Follow) {
                         Ok(Resolved {
                             ino: Some(target), ..
                         }) => target,

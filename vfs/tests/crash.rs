@@ -160,7 +160,7 @@ impl Mutation {
 /// Content: compressible text for even seeds, random bytes for odd ones.
 fn content(len: u64, seed: u64) -> Vec<u8> {
     let len = len as usize;
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         let mut out = Vec::with_capacity(len + 64);
         let mut line = 0u64;
         while out.len() < len {
@@ -378,7 +378,7 @@ fn kernel_write(ws: &Workspace, path: &str, at: At, data: &[u8]) -> computer_vfs
     // A third of the staged writes end as a database's commit does: fsync'd and left
     // open. Their content reaches the store only by the worker (once quiet) or by the
     // recovery at the next open, which must find it all the same.
-    if opened.staged.is_some() && data.len() % 3 == 0 {
+    if opened.staged.is_some() && data.len().is_multiple_of(3) {
         return written.and_then(|()| ws.fsync(opened.handle, true));
     }
     let released = ws.release(opened.handle);
@@ -630,7 +630,7 @@ enum KillAt {
 }
 
 fn kill_point(rng: &mut Rng, round: u64, plan: &[Mutation]) -> KillAt {
-    if Mode::of_round(round) == Mode::Staged && round % 2 == 0 {
+    if Mode::of_round(round) == Mode::Staged && round.is_multiple_of(2) {
         // Just after a write larger than one ingestion batch was released, before the
         // worker ingests it (a second later): the next open must recover it whole.
         let huge: Vec<usize> = (1..60)

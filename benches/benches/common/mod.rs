@@ -125,10 +125,10 @@ pub fn text_bytes(n: usize, seed: u64) -> Vec<u8> {
         let r = random[i % random.len()] as usize;
         let r2 = random[(i + 1) % random.len()] as usize;
         i += 2;
-        if r % 17 == 0 {
+        if r.is_multiple_of(17) {
             let number = format!("{}", (r * 257 + r2) % 100_000);
             out.extend_from_slice(number.as_bytes());
-        } else if r % 23 == 0 {
+        } else if r.is_multiple_of(23) {
             // An identifier made of two words.
             out.extend_from_slice(WORDS[r2 % WORDS.len()].as_bytes());
             out.push(b'_');
@@ -137,7 +137,7 @@ pub fn text_bytes(n: usize, seed: u64) -> Vec<u8> {
             out.extend_from_slice(WORDS[(r + r2 * 256) % WORDS.len()].as_bytes());
         }
         column += 6;
-        if column > 70 || r2 % 11 == 0 {
+        if column > 70 || r2.is_multiple_of(11) {
             out.push(b'\n');
             let indent = (r2 % 4) * 4;
             out.extend(std::iter::repeat_n(b' ', indent));

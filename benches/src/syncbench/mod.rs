@@ -585,7 +585,7 @@ impl Bench<'_> {
                             size: content.len() as u64,
                         });
                         written += 1;
-                        if written % 5000 == 0 {
+                        if written.is_multiple_of(5000) {
                             self.progress
                                 .note(format!("  {written} of {} files", tree.files));
                         }

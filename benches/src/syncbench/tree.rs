@@ -164,18 +164,18 @@ pub fn text_bytes(n: usize, seed: u64) -> Vec<u8> {
     while out.len() < n {
         let r = rng.next_u64();
         let word = TOKENS[(r % TOKENS.len() as u64) as usize];
-        if (r >> 20) % 19 == 0 {
+        if (r >> 20).is_multiple_of(19) {
             // An identifier of two tokens.
             out.extend_from_slice(word.as_bytes());
             let other = TOKENS[((r >> 32) % TOKENS.len() as u64) as usize];
             out.extend_from_slice(other.as_bytes());
-        } else if (r >> 20) % 23 == 0 {
+        } else if (r >> 20).is_multiple_of(23) {
             out.extend_from_slice(((r >> 40) % 10_000).to_string().as_bytes());
         } else {
             out.extend_from_slice(word.as_bytes());
         }
         column += word.len() + 1;
-        if column > 72 || (r >> 50) % 9 == 0 {
+        if column > 72 || (r >> 50).is_multiple_of(9) {
             out.push(b'\n');
             let indent = ((r >> 56) % 4) as usize * 2;
             out.extend(std::iter::repeat_n(b' ', indent));

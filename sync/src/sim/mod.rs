@@ -156,7 +156,7 @@ pub fn hex(bytes: &[u8]) -> String {
 /// can be split over lines).
 pub fn from_hex(text: &str) -> std::result::Result<Vec<u8>, String> {
     let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!("odd number of hex digits: {}", digits.len()));
     }
     digits
@@ -362,7 +362,7 @@ impl Sim {
             self.step += 1;
             self.one_step()?;
             self.check_cursors()?;
-            if self.step % CHECK_EVERY_STEPS == 0 {
+            if self.step.is_multiple_of(CHECK_EVERY_STEPS) {
                 self.check_stores()?;
             }
         }

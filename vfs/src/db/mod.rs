@@ -1198,7 +1198,7 @@ impl Db {
                     w.commit_batch()?;
                 }
                 let finished = self.progress.finished.load(Ordering::Relaxed);
-                if finished % WAL_CHECK_EVERY_COMMITS == 0 && w.batch.is_none() {
+                if finished.is_multiple_of(WAL_CHECK_EVERY_COMMITS) && w.batch.is_none() {
                     self.bound_wal(&w.conn);
                 }
                 Ok(out)
