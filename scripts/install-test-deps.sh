@@ -10,8 +10,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 # git, tar, python3 and node/npm drive the integration tests; capnproto lets
 # scripts/check-capnp.sh check the committed generated code against the schema;
-# bubblewrap makes the Linux backend's sandboxes (runtimes).
-packages=(git tar python3 ca-certificates capnproto bubblewrap)
+# bubblewrap makes the Linux backend's sandboxes (runtimes); jq, ripgrep, patch and
+# bsdextrautils (column) are commands of the shell backend's differential test, run
+# by real bash for comparison.
+packages=(git tar python3 ca-certificates capnproto bubblewrap jq ripgrep patch bsdextrautils)
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for package in "${packages[@]}"; do

@@ -80,7 +80,8 @@ pub struct ExecArgs {
     /// from it (default: a fresh one, removed once the command's changes are synced).
     #[arg(long, value_name = "DB", requires = "replica")]
     cache: Option<PathBuf>,
-    /// The backend to run it (default: the first registered, `linux`).
+    /// The backend to run it: `linux` (a sandbox; the default), `shell` (bash inside
+    /// the daemon, on the store) or `auto` (the shell if it can run the script, else Linux).
     #[arg(long, value_name = "ID")]
     backend: Option<String>,
     /// Working directory inside the workspace (default: its root).
@@ -98,7 +99,7 @@ pub struct ExecArgs {
     /// workspace mounted or served, whose owner's policy applies.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
-    /// The command, run by `sh -c`; its words are joined by spaces, as ssh joins them.
+    /// The command, run by bash; its words are joined by spaces, as ssh joins them.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
 }

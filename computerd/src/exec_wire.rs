@@ -12,10 +12,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use computer_runtimes::audit::status_name;
-use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, WorkspaceView};
+use computer_runtimes::linux::{LinuxBackend, WorkspaceView, LINUX_BACKEND_ID};
+use computer_runtimes::shell::{ChangeObserver, ShellBackend, SHELL_BACKEND_ID};
 use computer_runtimes::{
-    Description, Event, ExecHandle, ExecOptions, ExecResult, ExecStatus, Runtimes, Stream,
-    SyncOutcome, WorkspaceAudit,
+    Description, Event, ExecHandle, ExecOptions, ExecResult, ExecStatus, Policies, Runtimes,
+    Stream, SyncOutcome, WorkspaceAudit,
 };
 use computer_sync::exec_capnp::{
     audit_item, backend_info, exec, exec_event, exec_outcome, exec_request, runner,
@@ -38,19 +39,22 @@ pub const SYNC_WAIT_MAX: Duration = Duration::from_secs(300);
 /// kernel answers at its mount point). Execs asked before fail EAGAIN.
 pub type RuntimesSlot = Arc<OnceLock<Arc<Runtimes>>>;
 
-/// An owner's exec spine: the Linux backend over `view`, its records kept in `ws`'s
-/// audit trail.
-pub fn linux_runtimes(
+/// An owner's exec spine over `ws`: the Linux backend over `view` (the default), the
+/// shell on the store itself (telling `changed` what it changed: a mount's kernel
+/// cache), and `auto` trying the shell first; its records kept in `ws`'s audit trail.
+pub fn owner_runtimes(
     view: Arc<dyn WorkspaceView>,
-    policy: LinuxPolicy,
+    policies: Policies,
     ws: &Workspace,
-) -> Arc<Runtimes> {
+    changed: Option<ChangeObserver>,
+) -> anyhow::Result<Arc<Runtimes>> {
     let mut runtimes = Runtimes::new();
-    runtimes
-        .register(Arc::new(LinuxBackend::new(view, policy)))
-        .expect("the first backend's id is free");
+    runtimes.register(Arc::new(LinuxBackend::new(view, policies.linux)))?;
+    let shell = ShellBackend::new(ws.clone(), policies.shell, changed)?;
+    runtimes.register(Arc::new(shell))?;
+    runtimes.set_auto(&[SHELL_BACKEND_ID, LINUX_BACKEND_ID])?;
     runtimes.set_audit(Arc::new(WorkspaceAudit(ws.clone())));
-    Arc::new(runtimes)
+    Ok(Arc::new(runtimes))
 }
 
 /// The runner maker an owner passes to its channel: every caller gets a runner over the

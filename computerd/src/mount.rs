@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
-use computer_runtimes::linux::{LinuxPolicy, LocalView};
-use computer_runtimes::PolicyFile;
+use computer_runtimes::linux::LocalView;
+use computer_runtimes::{Policies, PolicyFile};
 use computer_vfs::{Options, Workspace};
 use fuser::{Config, MountOption, SessionACL};
 
@@ -125,8 +125,8 @@ impl MountArgs {
 
 /// The policy of the commands this mount runs, read before mounting so that a mistake
 /// in it stops the mount with its message.
-fn exec_policy(args: &MountArgs) -> anyhow::Result<LinuxPolicy> {
-    Ok(PolicyFile::linux_policy_at(args.policy.as_deref())?)
+fn exec_policy(args: &MountArgs) -> anyhow::Result<Policies> {
+    Ok(PolicyFile::policies_at(args.policy.as_deref())?)
 }
 
 pub fn run(args: MountArgs) -> anyhow::Result<ExitCode> {
@@ -313,7 +313,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     wait_until_answering(&mountpoint)?;
     widen_read_ahead(&mountpoint);
     if channel.is_some() {
-        start_exec(&runtimes, &mountpoint, exec_policy, &watched);
+        start_exec(&runtimes, &mountpoint, exec_policy, &watched, &kernel)?;
     }
     made.keep();
     if let Some(owner) = &mut owner {
@@ -409,10 +409,19 @@ fn serve_until_unmounted(
     }
 }
 
-/// Lets the mount run the commands asked of it: the Linux backend over the mount itself.
-fn start_exec(runtimes: &RuntimesSlot, mountpoint: &Path, policy: LinuxPolicy, ws: &Workspace) {
+/// Lets the mount run the commands asked of it: the Linux backend over the mount itself,
+/// the shell on the store (what it changes, the kernel forgets).
+fn start_exec(
+    runtimes: &RuntimesSlot,
+    mountpoint: &Path,
+    policies: Policies,
+    ws: &Workspace,
+    kernel: &KernelCache,
+) -> anyhow::Result<()> {
     let local = Arc::new(LocalView::new(mountpoint));
-    let _ = runtimes.set(exec_wire::linux_runtimes(local, policy, ws));
+    let made = exec_wire::owner_runtimes(local, policies, ws, Some(kernel.observer()))?;
+    let _ = runtimes.set(made);
+    Ok(())
 }
 
 /// Ends the commands this mount runs and their sandboxes, before the unmount.

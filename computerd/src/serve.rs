@@ -54,7 +54,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--connections-max must be at least 1");
     }
     // Read before anything starts, so that a mistake in it stops the server.
-    let policy = PolicyFile::linux_policy_at(args.policy.as_deref())?;
+    let policies = PolicyFile::policies_at(args.policy.as_deref())?;
     // Held until this function returns, after the last handle on the database closed.
     let holder = Holder::me(Role::Serve {
         address: args.listen.clone(),
@@ -98,7 +98,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         tracing::info!(db = %args.db.display(), %bound, "serving");
         let replica = Arc::new(ServedReplica::new(&bound.to_string(), &token)?);
-        let _ = runtimes.set(exec_wire::linux_runtimes(replica.clone(), policy, &audited));
+        // The shell works on the served workspace itself; its changes reach the
+        // replica (and the sandboxes over it) with the next command's pull.
+        let made = exec_wire::owner_runtimes(replica.clone(), policies, &audited, None)?;
+        let _ = runtimes.set(made);
         let stop = stop_after_signal(runtimes, replica);
         rpc::serve(socket, authority, serve_options, stop).await;
         if let Address::Unix(path) = &bound {

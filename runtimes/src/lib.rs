@@ -32,7 +32,7 @@ pub use backend::{Backend, Connection, Description, Process, SpawnRequest, Spawn
 pub use error::{Error, Result};
 pub use exec::{Event, ExecOptions, ExecResult, ExecStatus, Stream, SyncOutcome, EXIT_NOT_STARTED};
 pub use log::EXEC_LOG_BYTES_MAX;
-pub use policy::PolicyFile;
+pub use policy::{Policies, PolicyFile};
 pub use spine::{
     normalize_cwd, ExecHandle, Runtimes, AUTO, CHUNK_BYTES_MAX, FINISHED_KEPT_FOR,
     FINISHED_KEPT_MAX, KILL_GRACE, RUNNING_MAX,

@@ -41,6 +41,8 @@ use crate::warm::WarmSandbox;
 /// The backend's id in the registry.
 pub const LINUX_BACKEND_ID: &str = "linux";
 
+pub use crate::warm::SCRIPT_SHELL;
+
 /// Where a sandbox sees the workspace.
 pub const SANDBOX_WORKSPACE: &str = "/workspace";
 
@@ -486,7 +488,7 @@ impl LinuxConnection {
         };
         let root = self.view.root();
         let mut args = sandbox_args(root, &self.policy, &request.cwd, env, &sandbox)?;
-        args.extend(["/bin/sh", "-c"].map(OsString::from));
+        args.extend([SCRIPT_SHELL, "-c"].map(OsString::from));
         args.push(OsString::from(&request.script));
         let cgroup = self.cgroup_for(&request.exec_id)?;
         let mut command = Command::new(&self.policy.bwrap);

@@ -10,6 +10,16 @@
 //! memory_mib = 2048            # memory of one command (cgroup memory)
 //! warm = true                  # commands join one sandbox kept warm (else one each)
 //! idle_seconds = 300           # a warm sandbox unused this long is reaped
+//!
+//! [shell]
+//! commands = ["cat", "grep"]   # commands it may run (default: all it implements)
+//! read = ["**"]                # workspace paths whose contents and listings it reads
+//! write = ["**"]               # workspace paths it may create, change, remove
+//! timeout_seconds = 600        # the longest a script runs (a caller may ask less)
+//! commands_max = 1000000       # commands one script runs
+//! loop_iterations_max = 1000000
+//! output_mib = 16              # stdout and stderr of one script, each
+//! write_mib = 1024             # bytes one script writes to the workspace
 //! ```
 //!
 //! Every key is optional; an unknown key is an error, so a misspelt limit is not
@@ -22,6 +32,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::linux::LinuxPolicy;
+use crate::shell::{ShellLimits, ShellPolicy};
 
 /// The longest policy file read, bytes.
 const POLICY_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -32,6 +43,29 @@ const POLICY_FILE_BYTES_MAX: u64 = 1 << 20;
 pub struct PolicyFile {
     #[serde(default)]
     pub linux: LinuxSection,
+    #[serde(default)]
+    pub shell: ShellSection,
+}
+
+/// The policy of every backend, from one file.
+#[derive(Clone, Debug, Default)]
+pub struct Policies {
+    pub linux: LinuxPolicy,
+    pub shell: ShellPolicy,
+}
+
+/// The `[shell]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellSection {
+    pub commands: Option<Vec<String>>,
+    pub read: Option<Vec<String>>,
+    pub write: Option<Vec<String>>,
+    pub timeout_seconds: Option<f64>,
+    pub commands_max: Option<usize>,
+    pub loop_iterations_max: Option<usize>,
+    pub output_mib: Option<usize>,
+    pub write_mib: Option<u64>,
 }
 
 /// The `[linux]` table.
@@ -55,6 +89,20 @@ impl PolicyFile {
         Ok(match path {
             Some(path) => PolicyFile::load(path)?.linux_policy(),
             None => LinuxPolicy::default(),
+        })
+    }
+
+    /// Every backend's policy from the file at `path`, or the defaults without one.
+    pub fn policies_at(path: Option<&Path>) -> Result<Policies> {
+        Ok(match path {
+            Some(path) => {
+                let file = PolicyFile::load(path)?;
+                Policies {
+                    linux: file.linux_policy(),
+                    shell: file.shell_policy(),
+                }
+            }
+            None => Policies::default(),
         })
     }
 
@@ -85,7 +133,13 @@ impl PolicyFile {
             }
         })?;
         policy.linux.check()?;
+        policy.shell.check()?;
         Ok(policy)
+    }
+
+    /// The shell backend's policy: the file's values over the defaults.
+    pub fn shell_policy(&self) -> ShellPolicy {
+        self.shell.to_policy(ShellPolicy::default())
     }
 
     /// The Linux backend's policy: the file's values over the defaults.
@@ -103,6 +157,49 @@ impl PolicyFile {
             warm: section.warm.unwrap_or(default.warm),
             sandbox_idle: (section.idle_seconds)
                 .map_or(default.sandbox_idle, Duration::from_secs_f64),
+        }
+    }
+}
+
+impl ShellSection {
+    fn check(&self) -> std::result::Result<(), String> {
+        if let Some(seconds) = self.timeout_seconds {
+            if !(seconds > 0.0 && Duration::try_from_secs_f64(seconds).is_ok()) {
+                return Err(format!(
+                    "shell.timeout_seconds = {seconds}: a positive number of seconds"
+                ));
+            }
+        }
+        let zero = [self.commands_max, self.loop_iterations_max, self.output_mib];
+        if zero.contains(&Some(0)) || self.write_mib == Some(0) {
+            return Err("shell limits: at least 1".into());
+        }
+        if self.output_mib.is_some_and(|mib| mib > 1 << 10)
+            || self.write_mib.is_some_and(|mib| mib > 1 << 30)
+        {
+            return Err("shell.output_mib: at most 1024; shell.write_mib: at most 2^30".into());
+        }
+        let shell = self.to_policy(ShellPolicy::default());
+        shell.path_rules().map(drop)
+    }
+
+    fn to_policy(&self, default: ShellPolicy) -> ShellPolicy {
+        let limits = ShellLimits {
+            commands_max: self.commands_max.unwrap_or(default.limits.commands_max),
+            loop_iterations_max: (self.loop_iterations_max)
+                .unwrap_or(default.limits.loop_iterations_max),
+            output_bytes_max: (self.output_mib.map(|mib| mib << 20))
+                .unwrap_or(default.limits.output_bytes_max),
+            write_bytes_max: (self.write_mib.map(|mib| mib << 20))
+                .unwrap_or(default.limits.write_bytes_max),
+            timeout: self.timeout_seconds.map(Duration::from_secs_f64),
+            ..default.limits
+        };
+        ShellPolicy {
+            commands: self.commands.as_ref().map(|c| c.iter().cloned().collect()),
+            read: self.read.clone().unwrap_or(default.read),
+            write: self.write.clone().unwrap_or(default.write),
+            limits,
         }
     }
 }
@@ -156,6 +253,18 @@ mod tests {
         assert!(policy.read_only.is_empty());
         let empty = PolicyFile::parse("").unwrap().linux_policy();
         assert!(!empty.network);
+        let shell =
+            PolicyFile::parse("[shell]\ncommands = [\"cat\"]\nwrite = []\noutput_mib = 2\n")
+                .unwrap()
+                .shell_policy();
+        assert!(shell.allows("cat") && !shell.allows("grep"));
+        assert!(shell.write.is_empty());
+        assert_eq!(shell.read, vec!["**".to_string()]);
+        assert_eq!(shell.limits.output_bytes_max, 2 << 20);
+        assert_eq!(
+            shell.limits.commands_max,
+            ShellLimits::default().commands_max
+        );
     }
 
     #[test]
@@ -168,5 +277,8 @@ mod tests {
         assert!(PolicyFile::parse("[linux]\nprocesses = 0\n").is_err());
         assert!(PolicyFile::parse("[linux]\nread_only = [\"../x\"]\n").is_err());
         assert!(PolicyFile::parse("[linux\n").is_err());
+        assert!(PolicyFile::parse("[shell]\nwrite = [\"a[\"]\n").is_err());
+        assert!(PolicyFile::parse("[shell]\noutput_mib = 0\n").is_err());
+        assert!(PolicyFile::parse("[shell]\ncomand = []\n").is_err());
     }
 }

@@ -36,6 +36,10 @@ use crate::backend::{signal_of, wait_and_reap, Process, Spawned};
 use crate::cgroup::ExecCgroup;
 use crate::error::{Error, Result};
 
+/// What runs a script: bash, as on the shell backend, so that a script means the same
+/// whichever backend `auto` sends it to.
+pub const SCRIPT_SHELL: &str = "/bin/bash";
+
 /// The backend whose sandboxes these are, for its errors.
 pub(crate) const BACKEND_ID: &str = "linux";
 /// What the holder runs: says it is in place, then waits for its pipe to close.
@@ -189,7 +193,7 @@ impl WarmSandbox {
                 .map_err(|_| Error::Invalid(format!("working directory {workdir:?}")))?,
             seccomp: self.seccomp.clone(),
         };
-        let mut command = Command::new("/bin/sh");
+        let mut command = Command::new(SCRIPT_SHELL);
         command
             .args(["-c", script])
             .env_clear()

@@ -33,11 +33,7 @@ fn runtimes(dir: &Path) -> Runtimes {
 
 /// Whether a process whose command line contains `marker` is alive on the host.
 fn alive(marker: &str) -> bool {
-    let entries = std::fs::read_dir("/proc").unwrap();
-    entries.filter_map(|e| e.ok()).any(|entry| {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        String::from_utf8_lossy(&cmdline).contains(marker)
-    })
+    pids().into_iter().any(|pid| cmdline(pid).contains(marker))
 }
 
 #[test]
@@ -549,8 +545,11 @@ fn pids() -> Vec<i32> {
         .collect()
 }
 
+/// A process's arguments, joined by spaces as a shell wrote them (the kernel keeps
+/// them NUL-separated).
 fn cmdline(pid: i32) -> String {
-    let bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let mut bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    bytes.iter_mut().filter(|b| **b == 0).for_each(|b| *b = b' ');
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

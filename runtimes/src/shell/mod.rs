@@ -24,24 +24,16 @@ use computer_vfs::Workspace;
 use crate::backend::{Backend, Connection, Description, SpawnRequest, Spawned};
 use crate::error::{Error, Result};
 use crate::exec::SyncOutcome;
-use crate::linux::SANDBOX_WORKSPACE;
+use crate::linux::{BASE_ENV, SANDBOX_WORKSPACE};
 
 pub use policy::{ShellLimits, ShellPolicy, COMMANDS_NEVER, FUNCTION_DEPTH_MAX};
 pub use run::EXIT_LIMIT;
 pub use store_fs::ChangeObserver;
 
 /// The backend's id.
-pub const SHELL: &str = "shell";
+pub const SHELL_BACKEND_ID: &str = "shell";
 /// Wall time of an exec whose policy and caller set none (bashkit needs one).
 const TIMEOUT_DEFAULT: Duration = Duration::from_secs(24 * 3600);
-
-/// The environment every exec starts with, as the Linux backend's.
-const BASE_ENV: &[(&str, &str)] = &[
-    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-    ("HOME", "/tmp"),
-    ("TMPDIR", "/tmp"),
-    ("LANG", "C.UTF-8"),
-];
 
 /// The shell backend over one workspace.
 pub struct ShellBackend {
@@ -89,12 +81,12 @@ impl ShellBackend {
 
 impl Backend for ShellBackend {
     fn id(&self) -> &str {
-        SHELL
+        SHELL_BACKEND_ID
     }
 
     fn describe(&self) -> Description {
         Description {
-            id: SHELL.into(),
+            id: SHELL_BACKEND_ID.into(),
             summary: "a bash-compatible shell inside the daemon, on the workspace store, \
                       no OS process"
                 .into(),
@@ -184,7 +176,7 @@ impl Connection for ShellConnection {
         if let Err(unfit) = fit {
             if unfit.refuses_explicit_use() {
                 return Err(Error::Refused {
-                    backend: SHELL.into(),
+                    backend: SHELL_BACKEND_ID.into(),
                     what: format!("{unfit}; run it on linux"),
                 });
             }

@@ -17,10 +17,39 @@ use crate::linux::SANDBOX_WORKSPACE;
 /// Absolute paths a script may name and still run on the shell.
 const PATHS_OF_THE_SHELL: &[&str] = &[SANDBOX_WORKSPACE, "/tmp", "/dev/null"];
 
-/// Commands that run the command named by their first word that is not an option or
-/// an assignment.
-const WRAPPERS: &[&str] = &[
-    "command", "env", "exec", "nice", "nohup", "setsid", "stdbuf", "timeout", "xargs",
+/// Commands that run the command named by their first operand, with their options
+/// that take a value (the word after them is not the command).
+const WRAPPERS: &[(&str, &[&str])] = &[
+    ("command", &[]),
+    (
+        "env",
+        &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
+    ),
+    ("exec", &["-a"]),
+    ("nice", &["-n", "--adjustment"]),
+    ("nohup", &[]),
+    ("setsid", &[]),
+    ("stdbuf", &["-i", "-o", "-e"]),
+    ("timeout", &["-s", "--signal", "-k", "--kill-after"]),
+    (
+        "xargs",
+        &[
+            "-a",
+            "-d",
+            "-E",
+            "-I",
+            "-L",
+            "-n",
+            "-P",
+            "-s",
+            "--arg-file",
+            "--delimiter",
+            "--max-args",
+            "--max-lines",
+            "--max-procs",
+            "--max-chars",
+        ],
+    ),
 ];
 
 /// Why the shell is not the place for a script.
@@ -37,11 +66,12 @@ pub(crate) enum Unfit {
 }
 
 impl Unfit {
-    /// Whether a script sent to the shell by name is refused for this. What analysis
-    /// cannot see is run and checked as it runs; a command the shell lacks or a path
-    /// it does not have is refused with the reason.
+    /// Whether a script sent to the shell by name is refused for this: a command the
+    /// shell lacks or may not run. What analysis cannot see is checked as it runs, and
+    /// a path outside the workspace is one of the shell's own namespace (its synthetic
+    /// `/etc`, or nothing), never the host's.
     pub(crate) fn refuses_explicit_use(&self) -> bool {
-        matches!(self, Unfit::Command(_) | Unfit::Path(_))
+        matches!(self, Unfit::Command(_))
     }
 }
 
@@ -77,6 +107,10 @@ pub(crate) fn shell_can_run(
             if defined.contains(name) {
                 continue;
             }
+            if name.contains('/') {
+                let why = format!("the script runs {name}, a program known only when it runs");
+                return Err(Unfit::Opaque(why));
+            }
             if !implemented.contains(name) {
                 let why = format!("`{name}` is not a command the shell implements");
                 return Err(Unfit::Command(why));
@@ -86,7 +120,7 @@ pub(crate) fn shell_can_run(
                 return Err(Unfit::Command(why));
             }
         }
-        check_paths(command.args.iter().flatten()).map_err(Unfit::Path)?;
+        check_paths(path_operands(command)).map_err(Unfit::Path)?;
     }
     check_paths(analysis.redirects.iter().filter_map(|r| r.path.as_ref())).map_err(Unfit::Path)
 }
@@ -109,8 +143,8 @@ fn commands_run_by(command: &AnalyzedCommand) -> Vec<Result<&str, String>> {
     };
     let mut names = vec![Ok(name)];
     let base = name.rsplit('/').next().unwrap_or(name);
-    if WRAPPERS.contains(&base) {
-        names.extend(wrapped_command(base, &command.args));
+    if let Some((_, value_options)) = WRAPPERS.iter().find(|(wrapper, _)| *wrapper == base) {
+        names.extend(wrapped_command(base, value_options, &command.args));
     }
     if base == "find" {
         names.extend(find_exec_commands(&command.args));
@@ -118,24 +152,36 @@ fn commands_run_by(command: &AnalyzedCommand) -> Vec<Result<&str, String>> {
     names
 }
 
+/// The command a wrapper runs: its first operand past options, their values and (for
+/// `env`) assignments; `timeout` takes its duration first. None for `command -v`,
+/// which names a command without running it.
 fn wrapped_command<'a>(
     wrapper: &str,
+    value_options: &[&str],
     args: &'a [Option<String>],
 ) -> Option<Result<&'a str, String>> {
-    let mut args = args.iter();
-    // `timeout` takes its duration first.
     let mut skip_duration = wrapper == "timeout";
-    for arg in args.by_ref() {
+    let mut value_next = false;
+    for arg in args {
         let Some(arg) = arg.as_deref() else {
             return Some(Err(format!(
                 "`{wrapper}` runs a command named only at run time"
             )));
         };
-        if arg.starts_with('-') || (wrapper == "env" && arg.contains('=')) {
+        if std::mem::take(&mut value_next) {
             continue;
         }
-        if skip_duration {
-            skip_duration = false;
+        if wrapper == "command" && matches!(arg, "-v" | "-V") {
+            return None;
+        }
+        if arg.starts_with('-') {
+            value_next = value_options.contains(&arg);
+            continue;
+        }
+        if wrapper == "env" && arg.contains('=') {
+            continue;
+        }
+        if std::mem::take(&mut skip_duration) {
             continue;
         }
         return Some(Ok(arg));
@@ -160,6 +206,45 @@ fn find_exec_commands(args: &[Option<String>]) -> Vec<Result<&str, String>> {
         }
     }
     out
+}
+
+/// Commands whose first operand is a pattern or a program, not a path.
+const PATTERN_FIRST: &[&str] = &[
+    "grep", "egrep", "fgrep", "rg", "sed", "awk", "gawk", "mawk", "nawk", "jq",
+];
+/// Their options that take the pattern or program as their value (then no operand is
+/// one), and other options of theirs that take a value.
+const PATTERN_OPTIONS: &[&str] = &["-e", "-f", "--regexp", "--file", "--expression"];
+const VALUE_OPTIONS: &[&str] = &["-F", "-v", "-m", "-A", "-B", "-C", "--arg", "--argjson"];
+/// Commands whose operands are text, never paths.
+const TEXT_ONLY: &[&str] = &["echo", "printf", "basename", "dirname", "expr", "seq"];
+
+/// The words of `command` that may name files: all its literal arguments, less the
+/// pattern of a pattern-first command and the operands of a text-only one.
+fn path_operands(command: &AnalyzedCommand) -> impl Iterator<Item = &String> {
+    let name = command.name.as_deref().unwrap_or_default();
+    let name = name.rsplit('/').next().unwrap_or(name);
+    let text_only = TEXT_ONLY.contains(&name);
+    let mut pattern_pending = PATTERN_FIRST.contains(&name);
+    let mut value_next = false;
+    command.args.iter().flatten().filter(move |word| {
+        if text_only {
+            return false;
+        }
+        if std::mem::take(&mut value_next) {
+            return false;
+        }
+        if word.starts_with('-') {
+            if PATTERN_OPTIONS.contains(&word.as_str()) {
+                pattern_pending = false;
+                value_next = true;
+            } else if VALUE_OPTIONS.contains(&word.as_str()) {
+                value_next = true;
+            }
+            return false;
+        }
+        !std::mem::take(&mut pattern_pending)
+    })
 }
 
 fn check_paths<'a>(words: impl Iterator<Item = &'a String>) -> Result<(), String> {
@@ -195,6 +280,7 @@ mod tests {
     fn implemented() -> BTreeSet<String> {
         [
             "cat", "grep", "sort", "find", "wc", "xargs", "echo", "timeout", "env", "curl", "ls",
+            "sed", "command",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -210,7 +296,12 @@ mod tests {
         assert_eq!(route("cat a.txt | grep -i todo | sort > /tmp/x"), Ok(()));
         assert_eq!(route("f() { echo hi; }; f | wc -l"), Ok(()));
         assert_eq!(route("find . -name '*.rs' -exec wc -l {} +"), Ok(()));
+        assert_eq!(
+            route("xargs -d '\\n' -n1 echo; command -v gcc || echo no"),
+            Ok(())
+        );
         assert_eq!(route("cat /workspace/a /dev/null"), Ok(()));
+        assert_eq!(route("grep '/api/' a.txt | sed '/x/d' | echo /etc"), Ok(()));
     }
 
     #[test]
@@ -218,6 +309,11 @@ mod tests {
         let git = route("git status && cat a").unwrap_err();
         assert_eq!(git, "`git` is not a command the shell implements");
         assert!(route("ls | xargs git add").unwrap_err().contains("`git`"));
+        assert!(route("xargs -d , -n 1 git add")
+            .unwrap_err()
+            .contains("`git`"));
+        assert!(route("env -u X npm t").unwrap_err().contains("`npm`"));
+        assert!(route("./build.sh").unwrap_err().contains("./build.sh"));
         assert!(route("timeout 5 python3 x.py")
             .unwrap_err()
             .contains("`python3`"));

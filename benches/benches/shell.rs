@@ -1,0 +1,100 @@
+//! Criterion benchmarks of the shell backend inside the daemon: the latency of one exec
+//! through `Runtimes` (thread, interpreter, the script on the store, the result), on a
+//! workspace database in a temp dir on disk.
+//!
+//! ```sh
+//! cargo bench -p computer-benches --bench shell
+//! ```
+//!
+//! Scripts: `cat` of a small file, `ls -R` of 1,000 files (10 directories of 100),
+//! `grep -rn` over 36,000 files (36 directories of 1,000, 1 KiB of text each, one line
+//! in 100 files matching), and an agent's turn (ls, cat, grep, a `sed -i` edit, wc).
+//! The same scripts on the Linux backend and on the host are timed by
+//! `benches/shell.py`; docs/benchmarks.md has both.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{open, scratch, text_bytes};
+use computer_runtimes::shell::{ShellBackend, ShellPolicy};
+use computer_runtimes::{ExecOptions, Runtimes};
+use computer_vfs::{ChunkSizes, MkdirOptions, Workspace};
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
+
+/// An agent's turn: look around, read, search, edit, count.
+pub const AGENT_TURN: &str = "ls src >/dev/null; cat src/main.rs >/dev/null; \
+     grep -rn TODO src >/dev/null; sed -i 's/TODO/DONE/' src/main.rs; wc -l src/*.rs >/dev/null";
+
+fn lay_tree(ws: &Workspace) {
+    let fs = ws.fs();
+    let dir = |path: &str| fs.mkdir(path, MkdirOptions::default()).unwrap();
+    fs.write_file("/small.txt", b"hello\n").unwrap();
+    dir("/tree");
+    for d in 0..10 {
+        dir(&format!("/tree/d{d}"));
+        for f in 0..100 {
+            fs.write_file(&format!("/tree/d{d}/f{f}"), format!("{f}\n"))
+                .unwrap();
+        }
+    }
+    dir("/big");
+    for d in 0..36 {
+        dir(&format!("/big/d{d}"));
+        for f in 0..1000 {
+            let mut text = text_bytes(1024, (d * 1000 + f) as u64);
+            if f % 100 == 0 {
+                text.extend_from_slice(b"\nneedle here\n");
+            }
+            fs.write_file(&format!("/big/d{d}/f{f}.txt"), text).unwrap();
+        }
+    }
+    dir("/src");
+    fs.write_file("/src/main.rs", "fn main() {\n    // TODO: parse args\n}\n")
+        .unwrap();
+    fs.write_file(
+        "/src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 { a + b }\n",
+    )
+    .unwrap();
+}
+
+/// One exec, every event read as a caller reads them, until its result.
+fn run(rt: &Runtimes, script: &str) {
+    let mut handle = rt.exec(script, ExecOptions::default()).unwrap();
+    for _ in handle.by_ref() {}
+    let result = handle.result();
+    assert_eq!(result.exit_code, 0, "{script}: {result:?}");
+}
+
+fn shell(c: &mut Criterion) {
+    let dir = scratch();
+    let ws = open(&dir.path().join("ws.db"), ChunkSizes::DEFAULT);
+    lay_tree(&ws);
+    let mut rt = Runtimes::new();
+    let backend = ShellBackend::new(ws.clone(), ShellPolicy::default(), None).unwrap();
+    rt.register(Arc::new(backend)).unwrap();
+    let mut group = c.benchmark_group("shell");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500));
+    for (name, script) in [
+        ("true", "true"),
+        ("cat_small_file", "cat small.txt"),
+        ("ls_R_1000_files", "ls -R tree"),
+        ("agent_turn", AGENT_TURN),
+    ] {
+        group.bench_function(name, |b| b.iter(|| run(&rt, script)));
+    }
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    group.bench_function("grep_rn_36000_files", |b| {
+        b.iter(|| run(&rt, "grep -rn needle big | wc -l"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, shell);
+criterion_main!(benches);
