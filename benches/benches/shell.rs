@@ -1,6 +1,8 @@
 //! Criterion benchmarks of the shell backend inside the daemon: the latency of one exec
 //! through `Runtimes` (thread, interpreter, the script on the store, the result), on a
-//! workspace database in a temp dir on disk.
+//! workspace database in a temp dir on disk; and of the same scripts on the Linux
+//! backend (its warm sandbox, bash) over the same tree in a plain directory on the
+//! host's disk: no FUSE mount, so a lower bound of what a mount's sandbox costs.
 //!
 //! ```sh
 //! cargo bench -p computer-benches --bench shell
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{open, scratch, text_bytes};
+use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
 use computer_runtimes::shell::{ShellBackend, ShellPolicy};
 use computer_runtimes::{ExecOptions, Runtimes};
 use computer_vfs::{ChunkSizes, MkdirOptions, Workspace};
@@ -27,16 +30,14 @@ use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 pub const AGENT_TURN: &str = "ls src >/dev/null; cat src/main.rs >/dev/null; \
      grep -rn TODO src >/dev/null; sed -i 's/TODO/DONE/' src/main.rs; wc -l src/*.rs >/dev/null";
 
-fn lay_tree(ws: &Workspace) {
-    let fs = ws.fs();
-    let dir = |path: &str| fs.mkdir(path, MkdirOptions::default()).unwrap();
-    fs.write_file("/small.txt", b"hello\n").unwrap();
+/// The tree the scripts run on, laid by `write(path, content)` and `dir(path)`.
+fn lay_tree(write: &dyn Fn(&str, &[u8]), dir: &dyn Fn(&str)) {
+    write("/small.txt", b"hello\n");
     dir("/tree");
     for d in 0..10 {
         dir(&format!("/tree/d{d}"));
         for f in 0..100 {
-            fs.write_file(&format!("/tree/d{d}/f{f}"), format!("{f}\n"))
-                .unwrap();
+            write(&format!("/tree/d{d}/f{f}"), format!("{f}\n").as_bytes());
         }
     }
     dir("/big");
@@ -47,17 +48,54 @@ fn lay_tree(ws: &Workspace) {
             if f % 100 == 0 {
                 text.extend_from_slice(b"\nneedle here\n");
             }
-            fs.write_file(&format!("/big/d{d}/f{f}.txt"), text).unwrap();
+            write(&format!("/big/d{d}/f{f}.txt"), &text);
         }
     }
     dir("/src");
-    fs.write_file("/src/main.rs", "fn main() {\n    // TODO: parse args\n}\n")
-        .unwrap();
-    fs.write_file(
+    write("/src/main.rs", b"fn main() {\n    // TODO: parse args\n}\n");
+    write(
         "/src/lib.rs",
-        "pub fn add(a: i32, b: i32) -> i32 { a + b }\n",
-    )
-    .unwrap();
+        b"pub fn add(a: i32, b: i32) -> i32 { a + b }\n",
+    );
+}
+
+fn lay_in_store(ws: &Workspace) {
+    let fs = ws.fs();
+    lay_tree(
+        &|path, content| fs.write_file(path, content).unwrap(),
+        &|path| fs.mkdir(path, MkdirOptions::default()).unwrap(),
+    );
+}
+
+fn lay_on_disk(root: &std::path::Path) {
+    let at = |path: &str| root.join(path.trim_start_matches('/'));
+    lay_tree(
+        &|path, content| std::fs::write(at(path), content).unwrap(),
+        &|path| std::fs::create_dir(at(path)).unwrap(),
+    );
+}
+
+const SCRIPTS: &[(&str, &str)] = &[
+    ("true", "true"),
+    ("cat_small_file", "cat small.txt"),
+    ("ls_R_1000_files", "ls -R tree"),
+    ("agent_turn", AGENT_TURN),
+];
+const GREP: &str = "grep -rn needle big | wc -l";
+
+fn bench_scripts(c: &mut Criterion, name: &str, rt: &Runtimes) {
+    let mut group = c.benchmark_group(name);
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500));
+    for (name, script) in SCRIPTS {
+        group.bench_function(*name, |b| b.iter(|| run(rt, script)));
+    }
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    group.bench_function("grep_rn_36000_files", |b| b.iter(|| run(rt, GREP)));
+    group.finish();
 }
 
 /// One exec, every event read as a caller reads them, until its result.
@@ -71,30 +109,23 @@ fn run(rt: &Runtimes, script: &str) {
 fn shell(c: &mut Criterion) {
     let dir = scratch();
     let ws = open(&dir.path().join("ws.db"), ChunkSizes::DEFAULT);
-    lay_tree(&ws);
+    lay_in_store(&ws);
     let mut rt = Runtimes::new();
     let backend = ShellBackend::new(ws.clone(), ShellPolicy::default(), None).unwrap();
     rt.register(Arc::new(backend)).unwrap();
-    let mut group = c.benchmark_group("shell");
-    group
-        .sampling_mode(SamplingMode::Flat)
-        .warm_up_time(Duration::from_millis(500));
-    for (name, script) in [
-        ("true", "true"),
-        ("cat_small_file", "cat small.txt"),
-        ("ls_R_1000_files", "ls -R tree"),
-        ("agent_turn", AGENT_TURN),
-    ] {
-        group.bench_function(name, |b| b.iter(|| run(&rt, script)));
-    }
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(20));
-    group.bench_function("grep_rn_36000_files", |b| {
-        b.iter(|| run(&rt, "grep -rn needle big | wc -l"))
-    });
-    group.finish();
+    bench_scripts(c, "shell", &rt);
 }
 
-criterion_group!(benches, shell);
+fn linux(c: &mut Criterion) {
+    let dir = scratch();
+    lay_on_disk(dir.path());
+    let mut rt = Runtimes::new();
+    let view = Arc::new(LocalView::new(dir.path()));
+    let backend = LinuxBackend::new(view, LinuxPolicy::default());
+    rt.register(Arc::new(backend)).unwrap();
+    bench_scripts(c, "linux_on_host_dir", &rt);
+    rt.close(Duration::from_secs(5));
+}
+
+criterion_group!(benches, shell, linux);
 criterion_main!(benches);

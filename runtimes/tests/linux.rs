@@ -549,7 +549,10 @@ fn pids() -> Vec<i32> {
 /// them NUL-separated).
 fn cmdline(pid: i32) -> String {
     let mut bytes = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    bytes.iter_mut().filter(|b| **b == 0).for_each(|b| *b = b' ');
+    bytes
+        .iter_mut()
+        .filter(|b| **b == 0)
+        .for_each(|b| *b = b' ');
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

@@ -19,6 +19,9 @@ use crate::store::{self, PATH_MAX};
 use crate::types::*;
 use crate::workspace::Workspace;
 
+/// Files up to this size that nothing has open are read in one transaction.
+const READ_QUIET_BYTES_MAX: u64 = 1 << 20;
+
 /// Options of [`Fs::mkdir`].
 #[derive(Clone, Copy, Debug)]
 pub struct MkdirOptions {
@@ -231,12 +234,33 @@ impl Fs {
 
     /// The whole content of a file.
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        if let Some(content) = self.read_quiet(path)? {
+            return Ok(content);
+        }
         let mut reader = self.open_read(path)?;
         let mut out = Vec::with_capacity(reader.size.min(1 << 30) as usize);
         reader
             .read_to_end(&mut out)
             .map_err(|e| Error::io(path, e))?;
         Ok(out)
+    }
+
+    /// A small file nothing has open, read in one transaction: path, attributes and
+    /// content from one snapshot, with no handle (agents' tools read many small files).
+    /// `None` for anything else, which a handle reads.
+    fn read_quiet(&self, path: &str) -> Result<Option<Vec<u8>>> {
+        let bytes = path_bytes(path)?;
+        let read = self.ws.db().read(|conn| {
+            let Some(ino) = resolve_in(conn, bytes, true, self.symlinks)?.ino else {
+                return Ok(None);
+            };
+            let attr = store::attr(conn, ino)?;
+            if attr.kind != FileKind::File || attr.size > READ_QUIET_BYTES_MAX {
+                return Ok(None);
+            }
+            self.ws.read_quiet_file(conn, ino, attr.size)
+        });
+        read.map_err(|e| e.at(path))
     }
 
     /// The whole content of a file as UTF-8.
@@ -886,6 +910,23 @@ mod tests {
     fn relative_paths_are_refused() {
         assert!(matches!(path_bytes("a/b"), Err(Error::Invalid { .. })));
         assert!(path_bytes("/a/b").is_ok());
+    }
+
+    #[test]
+    fn a_file_open_for_writing_is_read_through_its_buffer() {
+        let ws = Workspace::open_in_memory(Default::default()).unwrap();
+        let fs = ws.fs();
+        fs.write_file("/f", b"committed").unwrap();
+        assert_eq!(fs.read_file("/f").unwrap(), b"committed");
+        let ino = fs.stat("/f").unwrap().ino;
+        let fh = ws.open_file(ino, OpenFlags::WRITE).unwrap();
+        ws.write(fh, 0, b"BUFFERED!").unwrap();
+        // Not flushed: the store holds the old bytes, the handle's buffer the new.
+        assert_eq!(fs.read_file("/f").unwrap(), b"BUFFERED!");
+        ws.release(fh).unwrap();
+        assert_eq!(fs.read_file("/f").unwrap(), b"BUFFERED!");
+        assert!(matches!(fs.read_file("/"), Err(Error::IsDir(_))));
+        assert!(matches!(fs.read_file("/missing"), Err(Error::NotFound(_))));
     }
 
     #[test]

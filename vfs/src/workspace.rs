@@ -469,6 +469,23 @@ impl Workspace {
         attr
     }
 
+    /// The whole committed content of file `ino` (`size` bytes), read in the caller's
+    /// transaction; `None` if a handle of this workspace has the file open or its newest
+    /// bytes wait in a staging file (then they are not all in the store yet).
+    pub(crate) fn read_quiet_file(
+        &self,
+        conn: &rusqlite::Connection,
+        ino: InodeNo,
+        size: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        if self.inner.files.get(ino).is_some() || self.staged_entry(ino).is_some() {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; usize::try_from(size).map_err(|_| kind::FileTooBig())?];
+        content::read_into(conn, &self.inner.cache, ino, 0, &mut buf)?;
+        Ok(Some(buf))
+    }
+
     /// Up to `limit` entries of directory `dir` after cookie `after` (0 starts).
     pub fn readdir(&self, dir: InodeNo, after: u64, limit: usize) -> Result<Vec<DirEntry>> {
         self.inner.db.read(|conn| {

@@ -12,12 +12,14 @@
 //! every other backend and replica. The policy's path rules are checked here, on the
 //! path the store is asked about, and bytes written are counted against the exec's
 //! budget. After each mutation the observer (the mount's kernel cache) is told which
-//! paths changed.
+//! paths changed. A listing's attributes answer the one `stat` of each entry that
+//! follows it (a tool walking a tree), as a snapshot as fresh as the listing.
 
+use std::collections::HashMap;
 use std::io::{Error as IoError, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bashkit::{async_trait, DirEntry, FileSystem, FileSystemExt, FileType, Metadata};
@@ -28,6 +30,9 @@ use super::policy::PathRules;
 /// Told the workspace paths (absolute, from its root) that a mutation changed.
 pub type ChangeObserver = Arc<dyn Fn(&[Vec<u8>]) + Send + Sync>;
 
+/// The most entries of one listing kept to answer the `stat` that follows it.
+const LISTED_ENTRIES_MAX: usize = 4096;
+
 /// The store's path API as bashkit's file system, for one exec.
 pub(crate) struct StoreFs {
     fs: Fs,
@@ -35,6 +40,11 @@ pub(crate) struct StoreFs {
     /// Bytes this exec may still write to the workspace.
     write_budget: AtomicU64,
     changed: Option<ChangeObserver>,
+    /// The entries of the last listing, by path, each answering one `stat` of it:
+    /// bashkit's `grep -r`, `find` and `ls -R` list a directory and then stat every
+    /// entry, which the listing's snapshot answers without a second trip to the store.
+    /// Emptied by every mutation of this exec.
+    listed: Mutex<HashMap<String, Metadata>>,
 }
 
 impl StoreFs {
@@ -49,6 +59,7 @@ impl StoreFs {
             rules,
             write_budget: AtomicU64::new(write_bytes_max),
             changed,
+            listed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -82,10 +93,15 @@ impl StoreFs {
     }
 
     fn changed(&self, paths: &[&str]) {
+        self.listed().clear();
         if let Some(observer) = &self.changed {
             let paths: Vec<Vec<u8>> = paths.iter().map(|p| p.as_bytes().to_vec()).collect();
             observer(&paths);
         }
+    }
+
+    fn listed(&self) -> std::sync::MutexGuard<'_, HashMap<String, Metadata>> {
+        self.listed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Copies one file: the store shares its blocks, under a temporary name renamed over
@@ -162,19 +178,28 @@ impl FileSystem for StoreFs {
 
     async fn lstat(&self, path: &Path) -> bashkit::Result<Metadata> {
         let path = utf8(path)?;
+        if let Some(listed) = self.listed().remove(path) {
+            return Ok(listed);
+        }
         self.fs.lstat(path).map(metadata).map_err(store_error)
     }
 
     async fn read_dir(&self, path: &Path) -> bashkit::Result<Vec<DirEntry>> {
         let path = self.readable(path)?;
         let entries = self.fs.readdir_plus(path).map_err(store_error)?;
-        Ok(entries
-            .into_iter()
+        let entries: Vec<DirEntry> = (entries.into_iter())
             .map(|(entry, attr)| DirEntry {
                 name: entry.name_lossy(),
                 metadata: metadata(attr),
             })
-            .collect())
+            .collect();
+        let mut listed = self.listed();
+        listed.clear();
+        for entry in entries.iter().take(LISTED_ENTRIES_MAX) {
+            let entry_path = computer_vfs::join(path, &entry.name);
+            listed.insert(entry_path, entry.metadata.clone());
+        }
+        Ok(entries)
     }
 
     async fn exists(&self, path: &Path) -> bashkit::Result<bool> {
