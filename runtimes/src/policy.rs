@@ -20,6 +20,7 @@
 //! loop_iterations_max = 1000000
 //! output_mib = 16              # stdout and stderr of one script, each
 //! write_mib = 1024             # bytes one script writes to the workspace
+//! read_mib = 256               # the largest file it reads (whole, into memory)
 //! ```
 //!
 //! Every key is optional; an unknown key is an error, so a misspelt limit is not
@@ -66,6 +67,7 @@ pub struct ShellSection {
     pub loop_iterations_max: Option<usize>,
     pub output_mib: Option<usize>,
     pub write_mib: Option<u64>,
+    pub read_mib: Option<u64>,
 }
 
 /// The `[linux]` table.
@@ -171,13 +173,17 @@ impl ShellSection {
             }
         }
         let zero = [self.commands_max, self.loop_iterations_max, self.output_mib];
-        if zero.contains(&Some(0)) || self.write_mib == Some(0) {
+        if zero.contains(&Some(0)) || self.write_mib == Some(0) || self.read_mib == Some(0) {
             return Err("shell limits: at least 1".into());
         }
         if self.output_mib.is_some_and(|mib| mib > 1 << 10)
             || self.write_mib.is_some_and(|mib| mib > 1 << 30)
+            || self.read_mib.is_some_and(|mib| mib > 1 << 20)
         {
-            return Err("shell.output_mib: at most 1024; shell.write_mib: at most 2^30".into());
+            return Err(
+                "shell.output_mib: at most 1024; write_mib: at most 2^30; read_mib: at most 2^20"
+                    .into(),
+            );
         }
         let shell = self.to_policy(ShellPolicy::default());
         shell.path_rules().map(drop)
@@ -192,6 +198,8 @@ impl ShellSection {
                 .unwrap_or(default.limits.output_bytes_max),
             write_bytes_max: (self.write_mib.map(|mib| mib << 20))
                 .unwrap_or(default.limits.write_bytes_max),
+            read_bytes_max: (self.read_mib.map(|mib| mib << 20))
+                .unwrap_or(default.limits.read_bytes_max),
             timeout: self.timeout_seconds.map(Duration::from_secs_f64),
             ..default.limits
         };

@@ -140,6 +140,7 @@ fn each_limit_ends_the_exec_with_a_message() {
         loop_iterations_max: 500,
         output_bytes_max: 10_000,
         write_bytes_max: 1_000,
+        read_bytes_max: 2_000,
         ..ShellLimits::default()
     };
     let policy = ShellPolicy {
@@ -167,6 +168,14 @@ fn each_limit_ends_the_exec_with_a_message() {
     assert_ne!(code, 0);
     assert!(err.contains("limit on bytes written"), "{err}");
     assert!(!ws.fs().exists("/big.txt").unwrap());
+    ws.fs().write_file("/large.txt", vec![b'x'; 3_000]).unwrap();
+    let (out, err, code) = run(&rt, "wc -c < large.txt; cat large.txt");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("the shell reads whole files, at most 2000"),
+        "{err}"
+    );
+    assert!(!out.contains("3000"), "{out}");
 }
 
 #[test]

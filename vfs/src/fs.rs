@@ -234,10 +234,19 @@ impl Fs {
 
     /// The whole content of a file.
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
-        if let Some(content) = self.read_quiet(path)? {
+        self.read_file_at_most(path, u64::MAX)
+    }
+
+    /// The whole content of a file of at most `max_bytes`; a larger one is EFBIG,
+    /// read not at all.
+    pub fn read_file_at_most(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>> {
+        if let Some(content) = self.read_quiet(path, max_bytes)? {
             return Ok(content);
         }
         let mut reader = self.open_read(path)?;
+        if reader.size > max_bytes {
+            return Err(kind::FileTooBig().at(path));
+        }
         let mut out = Vec::with_capacity(reader.size.min(1 << 30) as usize);
         reader
             .read_to_end(&mut out)
@@ -248,7 +257,7 @@ impl Fs {
     /// A small file nothing has open, read in one transaction: path, attributes and
     /// content from one snapshot, with no handle (agents' tools read many small files).
     /// `None` for anything else, which a handle reads.
-    fn read_quiet(&self, path: &str) -> Result<Option<Vec<u8>>> {
+    fn read_quiet(&self, path: &str, max_bytes: u64) -> Result<Option<Vec<u8>>> {
         let bytes = path_bytes(path)?;
         let read = self.ws.db().read(|conn| {
             let Some(ino) = resolve_in(conn, bytes, true, self.symlinks)?.ino else {
@@ -257,6 +266,9 @@ impl Fs {
             let attr = store::attr(conn, ino)?;
             if attr.kind != FileKind::File || attr.size > READ_QUIET_BYTES_MAX {
                 return Ok(None);
+            }
+            if attr.size > max_bytes {
+                return Err(kind::FileTooBig());
             }
             self.ws.read_quiet_file(conn, ino, attr.size)
         });
@@ -927,6 +939,9 @@ mod tests {
         assert_eq!(fs.read_file("/f").unwrap(), b"BUFFERED!");
         assert!(matches!(fs.read_file("/"), Err(Error::IsDir(_))));
         assert!(matches!(fs.read_file("/missing"), Err(Error::NotFound(_))));
+        let big = fs.read_file_at_most("/f", 3);
+        assert!(matches!(big, Err(Error::FileTooBig(_))), "{big:?}");
+        assert_eq!(fs.read_file_at_most("/f", 9).unwrap(), b"BUFFERED!");
     }
 
     #[test]

@@ -152,7 +152,7 @@ impl ShellConnection {
         let store = store_fs::StoreFs::new(
             &shared.ws,
             shared.rules.clone(),
-            limits.write_bytes_max,
+            limits,
             shared.changed.clone(),
         );
         let mount = |at: &str, fs: Arc<dyn FileSystem>| {

@@ -24,6 +24,8 @@ pub struct ShellLimits {
     pub output_bytes_max: usize,
     /// Bytes the exec may write to the workspace (file contents, copies included).
     pub write_bytes_max: u64,
+    /// The largest file it reads (bashkit reads a file whole into memory).
+    pub read_bytes_max: u64,
     /// Wall time; `None`: the caller's timeout alone.
     pub timeout: Option<Duration>,
 }
@@ -39,6 +41,7 @@ impl Default for ShellLimits {
             loop_iterations_total_max: 10_000_000,
             output_bytes_max: 16 << 20,
             write_bytes_max: 1 << 30,
+            read_bytes_max: 256 << 20,
             timeout: None,
         }
     }

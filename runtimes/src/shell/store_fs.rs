@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bashkit::{async_trait, DirEntry, FileSystem, FileSystemExt, FileType, Metadata};
 use computer_vfs::{Attr, FileKind, Fs, MkdirOptions, RmOptions, Symlinks, Workspace};
 
-use super::policy::PathRules;
+use super::policy::{PathRules, ShellLimits};
 
 /// Told the workspace paths (absolute, from its root) that a mutation changed.
 pub type ChangeObserver = Arc<dyn Fn(&[Vec<u8>]) + Send + Sync>;
@@ -39,6 +39,8 @@ pub(crate) struct StoreFs {
     rules: Arc<PathRules>,
     /// Bytes this exec may still write to the workspace.
     write_budget: AtomicU64,
+    /// The largest file it reads.
+    read_bytes_max: u64,
     changed: Option<ChangeObserver>,
     /// The entries of the last listing, by path, each answering one `stat` of it:
     /// bashkit's `grep -r`, `find` and `ls -R` list a directory and then stat every
@@ -51,13 +53,14 @@ impl StoreFs {
     pub(crate) fn new(
         ws: &Workspace,
         rules: Arc<PathRules>,
-        write_bytes_max: u64,
+        limits: &ShellLimits,
         changed: Option<ChangeObserver>,
     ) -> StoreFs {
         StoreFs {
             fs: ws.fs().with_symlinks(Symlinks::Refuse),
             rules,
-            write_budget: AtomicU64::new(write_bytes_max),
+            write_budget: AtomicU64::new(limits.write_bytes_max),
+            read_bytes_max: limits.read_bytes_max,
             changed,
             listed: Mutex::new(HashMap::new()),
         }
@@ -126,7 +129,20 @@ impl FileSystemExt for StoreFs {
 impl FileSystem for StoreFs {
     async fn read_file(&self, path: &Path) -> bashkit::Result<Vec<u8>> {
         let path = self.readable(path)?;
-        self.fs.read_file(path).map_err(store_error)
+        // bashkit reads whole files: a file larger than the limit would be that much
+        // of the daemon's memory.
+        let read = self.fs.read_file_at_most(path, self.read_bytes_max);
+        read.map_err(|err| match err {
+            computer_vfs::Error::FileTooBig(_) => {
+                let why = format!(
+                    "the shell reads whole files, at most {} bytes (shell.read_mib); \
+                     run it on linux",
+                    self.read_bytes_max
+                );
+                IoError::new(ErrorKind::FileTooLarge, why).into()
+            }
+            other => store_error(other),
+        })
     }
 
     async fn write_file(&self, path: &Path, content: &[u8]) -> bashkit::Result<()> {
