@@ -55,6 +55,18 @@ fn scripts_read_and_change_the_workspace_store() {
 }
 
 #[test]
+fn zcat_reads_what_gzip_wrote() {
+    let ws = workspace();
+    let rt = shell(&ws, ShellPolicy::default());
+    let script = "gzip -k notes.txt && zcat notes.txt.gz | sort -u | tr -d '\\n'; \
+                  echo; gzip -c src/main.rs | zcat | wc -l; zcat notes.txt; echo rc=$?";
+    let (out, err, code) = run(&rt, script);
+    assert_eq!(out, "abc\n3\nrc=1\n", "{err}");
+    assert!(err.contains("zcat: notes.txt: not in gzip format"), "{err}");
+    assert_eq!(code, 0);
+}
+
+#[test]
 fn the_result_is_complete_and_errors_carry_exit_codes() {
     let ws = workspace();
     let rt = shell(&ws, ShellPolicy::default());

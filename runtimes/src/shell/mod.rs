@@ -13,6 +13,7 @@ mod policy;
 mod route;
 mod run;
 mod store_fs;
+mod zcat;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -57,7 +58,11 @@ impl ShellBackend {
         changed: Option<ChangeObserver>,
     ) -> Result<ShellBackend> {
         let rules = Arc::new(policy.path_rules().map_err(Error::Invalid)?);
-        let implemented = Bash::new().builtin_names().into_iter().collect();
+        let implemented = with_our_commands(Bash::builder())
+            .build()
+            .builtin_names()
+            .into_iter()
+            .collect();
         Ok(ShellBackend {
             shared: Arc::new(Shared {
                 ws,
@@ -134,7 +139,7 @@ impl ShellConnection {
             max_exec_calls: u64::MAX,
         };
         let policy = shared.policy.clone();
-        let mut builder = Bash::builder()
+        let mut builder = with_our_commands(Bash::builder())
             .fs(Arc::new(InMemoryFs::new()))
             .cwd(sandbox_path(&request.cwd))
             .limits(execution)
@@ -198,6 +203,11 @@ impl Connection for ShellConnection {
     fn timeout_max(&self) -> Option<Duration> {
         self.shared.policy.limits.timeout
     }
+}
+
+/// The commands we add to bashkit's.
+fn with_our_commands(builder: bashkit::BashBuilder) -> bashkit::BashBuilder {
+    builder.builtin("zcat", Box::new(zcat::Zcat))
 }
 
 /// The working directory `cwd` of the workspace, as the shell names it.
