@@ -135,8 +135,21 @@ impl Runtimes {
         Ok(())
     }
 
+    /// The registered backends, then `auto` if it is set.
     pub fn backends(&self) -> Vec<Description> {
-        self.backends.iter().map(|r| r.backend.describe()).collect()
+        let mut described: Vec<Description> =
+            self.backends.iter().map(|r| r.backend.describe()).collect();
+        if !self.auto.is_empty() {
+            let order = self.auto.join(", then ");
+            described.push(Description {
+                id: AUTO.into(),
+                summary: format!("routes each script to the first of {order} that can run it"),
+                runs: "what the backend it picks runs; the same script always goes the same way"
+                    .into(),
+                touches: "what the backend it picks touches".into(),
+            });
+        }
+        described
     }
 
     /// Waits up to `timeout` for the writes of a result whose sync was pending (its

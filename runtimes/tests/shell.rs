@@ -299,6 +299,8 @@ fn auto_routes_by_the_script_and_records_escalations() {
     let backend = ShellBackend::new(ws.clone(), ShellPolicy::default(), None).unwrap();
     rt.register(Arc::new(backend)).unwrap();
     rt.set_auto(&["shell", "linux"]).unwrap();
+    let ids: Vec<String> = rt.backends().into_iter().map(|d| d.id).collect();
+    assert_eq!(ids, ["linux", "shell", "auto"]);
     let kept = Arc::new(Kept::default());
     rt.set_audit(kept.clone());
     let auto = || ExecOptions {

@@ -16,7 +16,11 @@ impl Builtin for Zcat {
             .map(String::as_str)
             .filter(|arg| *arg == "-" || !arg.starts_with('-'))
             .collect();
-        let operands = if operands.is_empty() { vec!["-"] } else { operands };
+        let operands = if operands.is_empty() {
+            vec!["-"]
+        } else {
+            operands
+        };
         let mut stdout = Vec::new();
         let mut stderr = String::new();
         for operand in operands {

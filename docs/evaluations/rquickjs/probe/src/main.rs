@@ -613,14 +613,15 @@ fn stats(mut v: Vec<u128>) -> String {
 fn s7_cost() {
     println!("\n(7) fresh Runtime+Context per run: cost");
     let files = files_of(&[("/main.js", "export default async (x) => x")]);
-    // cold: first run in the process
+    // cold: the first run in this process (run `probe 7` alone for a truly cold figure)
     let t = Instant::now();
     let o = run(&files, r#"{"a":1}"#, &Limits::default(), false);
     println!("  cold first full run: {} us -> {:?}", t.elapsed().as_micros(), o.result);
-    let mut rt_ctx = vec![];
-    let mut full = vec![];
-    let mut base = vec![];
+    let (mut rt_only, mut rt_ctx, mut base, mut full) = (vec![], vec![], vec![], vec![]);
     for _ in 0..100 {
+        let t = Instant::now();
+        drop(Runtime::new().unwrap());
+        rt_only.push(t.elapsed().as_micros());
         let t = Instant::now();
         let rt = Runtime::new().unwrap();
         let ctx = Context::full(&rt).unwrap();
@@ -630,6 +631,57 @@ fn s7_cost() {
         let t = Instant::now();
         let rt = Runtime::new().unwrap();
         let ctx = Context::base(&rt).unwrap();
+        drop(ctx);
+        drop(rt);
+        base.push(t.elapsed().as_micros());
+        let t = Instant::now();
+        let o = run(&files, r#"{"a":1}"#, &Limits::default(), false);
+        assert_eq!(o.result.as_deref(), Ok(r#"{"a":1}"#));
+        full.push(t.elapsed().as_micros());
+    }
+    println!("  Runtime::new + drop:                  {}", stats(rt_only));
+    println!("  Runtime::new + Context::full + drop:  {}", stats(rt_ctx));
+    println!("  Runtime::new + Context::base + drop:  {}", stats(base));
+    println!("  full run (rt, limits, loader, console, import /main.js, call, JSON out, drop): {}", stats(full));
+
+    // Interrupt handler overhead on a tight loop.
+    for with_handler in [false, true] {
+        let rt = Runtime::new().unwrap();
+        if with_handler {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            rt.set_interrupt_handler(Some(Box::new(move || Instant::now() >= deadline)));
+        }
+        let ctx = Context::full(&rt).unwrap();
+        let t = Instant::now();
+        let n: f64 = ctx.with(|ctx| ctx.eval("let s = 0; for (let i = 0; i < 1e7; i++) s += i; s").unwrap());
+        println!("  1e7-iteration loop, interrupt handler {}: {} ms (sum {n})", if with_handler { "on " } else { "off" }, t.elapsed().as_millis());
+    }
+}
+
+fn s8_globals() {
+    println!("\n(8) what the script can reach");
+    let rt = Runtime::new().unwrap();
+    let ctx = Context::full(&rt).unwrap();
+    ctx.with(|ctx| {
+        let names: Vec<String> = ctx.eval("Object.getOwnPropertyNames(globalThis).sort()").unwrap();
+        println!("  Context::full globals ({}): {}", names.len(), names.join(" "));
+        let probe: String = ctx
+            .eval("JSON.stringify(['std','os','require','process','fetch','XMLHttpRequest','WebSocket','console','print','scriptArgs','setTimeout','queueMicrotask','performance','navigator','Deno','Bun','module','exports','__filename','importScripts','WebAssembly','SharedArrayBuffer','Atomics','eval','Function'].map(n => n + ':' + typeof globalThis[n]))")
+            .unwrap();
+        println!("  typeof: {probe}");
+        for spec in ["std", "os", "/etc/passwd", "./x.js"] {
+            let r: rquickjs::Result<Promise> = ctx.eval(format!("import('{spec}')"));
+            let r = r.and_then(|p| p.finish::<Value>());
+            println!("  import('{spec}') with no loader installed: {:?}", r.map(|_| ()).map_err(|e| describe(&ctx, e)));
+        }
+        let r: rquickjs::Result<String> = ctx.eval("JSON.stringify(Object.getOwnPropertyNames(performance))");
+        println!("  performance own props: {:?}; performance.now() = {:?}", r.ok(), ctx.eval::<f64, _>("performance.now()").ok());
+        let r: rquickjs::Result<String> = ctx.eval("typeof SharedArrayBuffer + ' ' + typeof Atomics.wait");
+        println!("  SharedArrayBuffer / Atomics.wait: {:?}", r.ok());
+        let r: rquickjs::Result<String> = ctx.eval("new Function('return typeof this')()");
+        println!("  new Function works (in-sandbox only): {:?}", r.ok());
+    });
+    let ctx = Context::base(&rt).unwrap();
     ctx.with(|ctx| {
         let r: rquickjs::Result<i32> = ctx.eval("1");
         println!("  Context::base: ctx.eval(\"1\") -> {:?}", r.map_err(|e| describe(&ctx, e)));
