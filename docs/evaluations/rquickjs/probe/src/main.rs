@@ -644,6 +644,15 @@ fn s7_cost() {
     println!("  Runtime::new + Context::base + drop:  {}", stats(base));
     println!("  full run (rt, limits, loader, console, import /main.js, call, JSON out, drop): {}", stats(full));
 
+    {
+        let rt = Runtime::new().unwrap();
+        let m0 = rt.memory_usage().malloc_size;
+        let ctx = Context::full(&rt).unwrap();
+        let m1 = rt.memory_usage().malloc_size;
+        ctx.with(|ctx| { let _: rquickjs::Result<()> = ctx.eval("1"); });
+        drop(ctx);
+        println!("  heap (memory_usage().malloc_size): empty Runtime {} B, + Context::full {} B", m0, m1);
+    }
     // Interrupt handler overhead on a tight loop.
     for with_handler in [false, true] {
         let rt = Runtime::new().unwrap();
