@@ -138,10 +138,15 @@ fn kill_and_timeout_stop_at_once() {
         ..ExecOptions::default()
     };
     let started = Instant::now();
-    let handle = rt.exec("sleep 100", options).unwrap();
+    let handle = rt.exec("sleep 2m", options).unwrap();
     let result = handle.result();
     assert_eq!(result.status, ExecStatus::TimedOut);
     assert!(started.elapsed() < Duration::from_secs(2));
+    let started = Instant::now();
+    let (_, err, code) = run(&rt, "sleep 0.2 0.1; sleep forever");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(code, 1);
+    assert!(err.contains("invalid time interval 'forever'"), "{err}");
 }
 
 #[test]

@@ -12,6 +12,7 @@
 mod policy;
 mod route;
 mod run;
+mod sleep;
 mod store_fs;
 mod zcat;
 
@@ -205,9 +206,9 @@ impl Connection for ShellConnection {
     }
 }
 
-/// The commands we add to bashkit's.
+/// The commands we add to bashkit's, or put in place of its own.
 fn with_our_commands(builder: bashkit::BashBuilder) -> bashkit::BashBuilder {
-    builder.builtin("zcat", Box::new(zcat::Zcat))
+    (builder.builtin("zcat", Box::new(zcat::Zcat))).builtin("sleep", Box::new(sleep::Sleep))
 }
 
 /// The working directory `cwd` of the workspace, as the shell names it.
