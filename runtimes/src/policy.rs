@@ -33,7 +33,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::linux::LinuxPolicy;
-use crate::shell::{ShellLimits, ShellPolicy};
+use crate::shell::{ShellLimits, ShellPolicy, LOOP_ITERATIONS_TOTAL_PER_LOOP};
 
 /// The longest policy file read, bytes.
 const POLICY_FILE_BYTES_MAX: u64 = 1 << 20;
@@ -194,6 +194,10 @@ impl ShellSection {
             commands_max: self.commands_max.unwrap_or(default.limits.commands_max),
             loop_iterations_max: (self.loop_iterations_max)
                 .unwrap_or(default.limits.loop_iterations_max),
+            loop_iterations_total_max: (self.loop_iterations_max)
+                .map_or(default.limits.loop_iterations_total_max, |max| {
+                    max.saturating_mul(LOOP_ITERATIONS_TOTAL_PER_LOOP)
+                }),
             output_bytes_max: (self.output_mib.map(|mib| mib << 20))
                 .unwrap_or(default.limits.output_bytes_max),
             write_bytes_max: (self.write_mib.map(|mib| mib << 20))
@@ -201,7 +205,6 @@ impl ShellSection {
             read_bytes_max: (self.read_mib.map(|mib| mib << 20))
                 .unwrap_or(default.limits.read_bytes_max),
             timeout: self.timeout_seconds.map(Duration::from_secs_f64),
-            ..default.limits
         };
         ShellPolicy {
             commands: self.commands.as_ref().map(|c| c.iter().cloned().collect()),

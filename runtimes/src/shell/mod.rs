@@ -28,7 +28,9 @@ use crate::error::{Error, Result};
 use crate::exec::SyncOutcome;
 use crate::linux::{BASE_ENV, SANDBOX_WORKSPACE};
 
-pub use policy::{ShellLimits, ShellPolicy, COMMANDS_NEVER, FUNCTION_DEPTH_MAX};
+pub use policy::{
+    ShellLimits, ShellPolicy, COMMANDS_NEVER, FUNCTION_DEPTH_MAX, LOOP_ITERATIONS_TOTAL_PER_LOOP,
+};
 pub use run::EXIT_LIMIT;
 pub use store_fs::ChangeObserver;
 

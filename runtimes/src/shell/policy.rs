@@ -30,6 +30,9 @@ pub struct ShellLimits {
     pub timeout: Option<Duration>,
 }
 
+/// All loops of one exec together may iterate this many times one loop's limit.
+pub const LOOP_ITERATIONS_TOTAL_PER_LOOP: usize = 10;
+
 /// Function calls nested in one exec: bashkit's own ceiling, which no setting raises.
 pub const FUNCTION_DEPTH_MAX: usize = 16;
 
@@ -38,7 +41,7 @@ impl Default for ShellLimits {
         ShellLimits {
             commands_max: 1_000_000,
             loop_iterations_max: 1_000_000,
-            loop_iterations_total_max: 10_000_000,
+            loop_iterations_total_max: 1_000_000 * LOOP_ITERATIONS_TOTAL_PER_LOOP,
             output_bytes_max: 16 << 20,
             write_bytes_max: 1 << 30,
             read_bytes_max: 256 << 20,
