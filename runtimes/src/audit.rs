@@ -18,6 +18,8 @@ pub const KIND_REFUSED: &str = "refused";
 /// `auto` sent an exec past a backend that could not run it; the exec's own record
 /// follows when it ends.
 pub const KIND_ESCALATED: &str = "escalated";
+/// A call of one of the file tools (`crate::tools`).
+pub const KIND_TOOL: &str = "tool";
 
 /// One exec, as the trail keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,6 +77,32 @@ impl AuditEntry {
             status: KIND_REFUSED.to_owned(),
             error: Some(bounded(&error.to_string())),
             ..AuditEntry::asked(asked, backend, reason)
+        }
+    }
+
+    /// A tool call: what was asked (`read /src/a.rs`), how long it took, its error.
+    pub(crate) fn tool(
+        asked: &str,
+        duration: std::time::Duration,
+        error: Option<String>,
+    ) -> AuditEntry {
+        let status = if error.is_some() {
+            "failed"
+        } else {
+            "completed"
+        };
+        AuditEntry {
+            id: "-".into(),
+            caller: "tools".into(),
+            backend: "tools".into(),
+            reason: String::new(),
+            script: cut(asked, AUDIT_SCRIPT_BYTES_MAX),
+            cwd: "/".into(),
+            status: status.into(),
+            exit_code: None,
+            duration_ms: duration.as_millis() as u64,
+            sync: "complete".into(),
+            error: error.as_deref().map(bounded),
         }
     }
 

@@ -25,6 +25,7 @@ pub mod policy;
 pub mod seccomp;
 pub mod shell;
 mod spine;
+pub mod tools;
 mod warm;
 
 pub use audit::{AuditEntry, AuditSink, WorkspaceAudit};

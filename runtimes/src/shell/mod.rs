@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::exec::SyncOutcome;
 use crate::linux::{BASE_ENV, SANDBOX_WORKSPACE};
 
+pub(crate) use policy::PathRules;
 pub use policy::{
     ShellLimits, ShellPolicy, COMMANDS_NEVER, FUNCTION_DEPTH_MAX, LOOP_ITERATIONS_TOTAL_PER_LOOP,
 };
