@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, WorkspaceView};
+use computer_runtimes::js::JS_BACKEND_ID;
+use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, WorkspaceView, SANDBOX_WORKSPACE};
 use computer_runtimes::{
     Event, ExecOptions, ExecResult, ExecStatus, PolicyFile, Runtimes, Stream, SyncOutcome,
 };
@@ -81,9 +82,17 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DB", requires = "replica")]
     cache: Option<PathBuf>,
     /// The backend to run it: `linux` (a sandbox; the default), `shell` (bash inside
-    /// the daemon, on the store) or `auto` (the shell if it can run the script, else Linux).
+    /// the daemon, on the store), `auto` (the shell if it can run the script, else
+    /// Linux) or `js` (CMD is the source of an ES module; its default export's value is
+    /// printed as one line of JSON).
     #[arg(long, value_name = "ID")]
     backend: Option<String>,
+    /// With --backend js: the JSON the module's default export gets (else stdin's).
+    #[arg(long, value_name = "JSON")]
+    input: Option<String>,
+    /// With --backend js: run the module at this workspace path instead of CMD.
+    #[arg(long, value_name = "WORKSPACE_PATH", conflicts_with = "command")]
+    file: Option<String>,
     /// Working directory inside the workspace (default: its root).
     #[arg(long, value_name = "DIR")]
     cwd: Option<String>,
@@ -94,13 +103,13 @@ pub struct ExecArgs {
     /// process's own environment reaches the command.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     env: Vec<String>,
-    /// The sandbox's policy: a TOML file with a [linux] table (network, env_allow,
-    /// read_only, timeout_seconds, processes, memory_mib; docs/RUNTIMES.md). Not for a
+    /// The sandbox's policy: a TOML file with [linux], [shell] and [js] tables
+    /// (docs/RUNTIMES.md). Not for a
     /// workspace mounted or served, whose owner's policy applies.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
     /// The command, run by bash; its words are joined by spaces, as ssh joins them.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "file", value_name = "CMD")]
     command: Vec<String>,
 }
 
@@ -108,13 +117,16 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let options = ExecOptions {
         backend: args.backend.clone(),
         cwd: args.cwd.clone(),
-        stdin: own_stdin()?,
+        stdin: match &args.input {
+            Some(input) => Some(module_input(input)?),
+            None => own_stdin()?,
+        },
         env: parse_env(&args.env)?,
         timeout: timeout(args.timeout)?,
         id: None,
         caller: None,
     };
-    let script = args.command.join(" ");
+    let script = script(&args)?;
     match (&args.remote, args.db.as_deref()) {
         (Some(address), _) if args.replica => {
             let policy = PolicyFile::linux_policy_at(args.policy.as_deref())?;
@@ -408,6 +420,9 @@ fn pass_signals_on(signals: nix::sys::signal::SigSet, runtimes: Arc<Runtimes>, i
 /// Says on stderr what the exit code alone does not, and picks the exit code. `waiter`
 /// names the owner that a pending sync can be waited on at (`computerd sync` options).
 fn report(result: &ExecResult, waiter: Option<&str>) -> ExitCode {
+    if let Some(value) = &result.value {
+        println!("{value}");
+    }
     if let Some(error) = &result.error {
         eprintln!("computerd: {error}");
     }
@@ -436,6 +451,31 @@ fn report(result: &ExecResult, waiter: Option<&str>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The script: the command's words, or for `--file` a module that re-exports the
+/// workspace module's default (its relative imports then resolve from its own place).
+fn script(args: &ExecArgs) -> anyhow::Result<String> {
+    let js = args.backend.as_deref() == Some(JS_BACKEND_ID);
+    if (args.input.is_some() || args.file.is_some()) && !js {
+        bail!("--input and --file are for --backend js");
+    }
+    Ok(match &args.file {
+        Some(path) => {
+            let path = computer_runtimes::normalize_cwd(path)
+                .map_err(|_| anyhow!("--file {path}: not a path inside the workspace"))?;
+            let quoted = serde_json::to_string(&format!("{SANDBOX_WORKSPACE}{path}"))?;
+            format!("export {{ default }} from {quoted};\n")
+        }
+        None => args.command.join(" "),
+    })
+}
+
+/// `--input`, checked to be JSON before anything runs.
+fn module_input(input: &str) -> anyhow::Result<Vec<u8>> {
+    serde_json::from_str::<serde_json::Value>(input)
+        .map_err(|err| anyhow!("--input: not JSON: {err}"))?;
+    Ok(input.as_bytes().to_vec())
 }
 
 /// Our stdin for the command when it is a pipe or a file; a terminal's is not read.

@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use computer_runtimes::audit::status_name;
+use computer_runtimes::js::JsBackend;
 use computer_runtimes::linux::{LinuxBackend, WorkspaceView, LINUX_BACKEND_ID};
 use computer_runtimes::shell::{ChangeObserver, ShellBackend, SHELL_BACKEND_ID};
 use computer_runtimes::{
@@ -40,8 +41,9 @@ pub const SYNC_WAIT_MAX: Duration = Duration::from_secs(300);
 pub type RuntimesSlot = Arc<OnceLock<Arc<Runtimes>>>;
 
 /// An owner's exec spine over `ws`: the Linux backend over `view` (the default), the
-/// shell on the store itself (telling `changed` what it changed: a mount's kernel
-/// cache), and `auto` trying the shell first; its records kept in `ws`'s audit trail.
+/// shell and the js backend on the store itself (telling `changed` what they changed:
+/// a mount's kernel cache), and `auto` trying the shell first; its records kept in
+/// `ws`'s audit trail.
 pub fn owner_runtimes(
     view: Arc<dyn WorkspaceView>,
     policies: Policies,
@@ -50,8 +52,9 @@ pub fn owner_runtimes(
 ) -> anyhow::Result<Arc<Runtimes>> {
     let mut runtimes = Runtimes::new();
     runtimes.register(Arc::new(LinuxBackend::new(view, policies.linux)))?;
-    let shell = ShellBackend::new(ws.clone(), policies.shell, changed)?;
+    let shell = ShellBackend::new(ws.clone(), policies.shell, changed.clone())?;
     runtimes.register(Arc::new(shell))?;
+    runtimes.register(Arc::new(JsBackend::new(ws.clone(), policies.js, changed)))?;
     runtimes.set_auto(&[SHELL_BACKEND_ID, LINUX_BACKEND_ID])?;
     runtimes.set_audit(Arc::new(WorkspaceAudit(ws.clone())));
     Ok(Arc::new(runtimes))
@@ -335,6 +338,9 @@ fn write_outcome(result: &ExecResult, mut out: exec_outcome::Builder<'_>) {
     out.set_sync_detail(detail);
     out.set_sync_reason(reason);
     out.set_error(result.error.as_deref().unwrap_or(""));
+    if let Some(value) = &result.value {
+        out.set_value(value);
+    }
 }
 
 /// A sync outcome as the wire carries it: its name, the intent (pending) or the reason
@@ -433,6 +439,9 @@ fn read_outcome(outcome: exec_outcome::Reader<'_>) -> capnp::Result<ExecResult> 
         reason: text(outcome.get_reason())?,
         sync,
         error: (!error.is_empty()).then_some(error),
+        value: (outcome.has_value())
+            .then(|| text(outcome.get_value()))
+            .transpose()?,
     })
 }
 

@@ -90,6 +90,24 @@ pub struct Spawned {
     pub process: Arc<dyn Process>,
 }
 
+impl Spawned {
+    /// A command run inside this process (a backend's thread), on pipes like a
+    /// process's.
+    pub(crate) fn in_process(
+        stdin: std::io::PipeWriter,
+        stdout: std::io::PipeReader,
+        stderr: std::io::PipeReader,
+        process: Arc<dyn Process>,
+    ) -> Spawned {
+        Spawned {
+            stdin: Some(Box::new(stdin)),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            process,
+        }
+    }
+}
+
 /// The running command and everything it started.
 pub trait Process: Send + Sync {
     /// Sends `signal` to every process of the command's tree.
@@ -98,6 +116,11 @@ pub trait Process: Send + Sync {
     fn kill_all(&self) -> Result<()>;
     /// Waits for the command to end: its exit status, or 128 + the signal that ended it.
     fn wait(&self) -> Result<i32>;
+    /// What a callable command returned (JSON text), once it ended; `None` for a command
+    /// that returns nothing but its exit status.
+    fn value(&self) -> Option<String> {
+        None
+    }
 }
 
 /// `signal` as a signal, or why not.

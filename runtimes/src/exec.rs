@@ -91,6 +91,9 @@ pub struct ExecResult {
     pub sync: SyncOutcome,
     /// What went wrong around the command (a spawn or sync failure), if anything.
     pub error: Option<String>,
+    /// What a callable backend's command returned, as JSON text (the `js` backend's
+    /// module's default export); `None` for a command of a shell.
+    pub value: Option<String>,
 }
 
 /// Exit status of a command that could not be started, as shells use it.

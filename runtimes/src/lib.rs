@@ -19,6 +19,7 @@ pub mod backend;
 pub mod cgroup;
 pub mod error;
 pub mod exec;
+pub mod js;
 pub mod linux;
 mod log;
 pub mod policy;

@@ -162,6 +162,7 @@ mod tests {
             reason: "default".into(),
             sync: SyncOutcome::Complete,
             error: None,
+            value: None,
         }
     }
 

@@ -21,6 +21,12 @@
 //! output_mib = 16              # stdout and stderr of one script, each
 //! write_mib = 1024             # bytes one script writes to the workspace
 //! read_mib = 256               # the largest file it reads (whole, into memory)
+//!
+//! [js]
+//! imports = ["lodash"]         # bare imports besides fs (from /workspace/node_modules)
+//! memory_mib = 256             # the JavaScript heap of one run
+//! timeout_seconds = 600        # the longest a module runs (a caller may ask less)
+//! output_mib = 16              # what the console writes in one run
 //! ```
 //!
 //! Every key is optional; an unknown key is an error, so a misspelt limit is not
@@ -32,6 +38,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::js::{JsLimits, JsPolicy};
 use crate::linux::LinuxPolicy;
 use crate::shell::{ShellLimits, ShellPolicy, LOOP_ITERATIONS_TOTAL_PER_LOOP};
 
@@ -46,6 +53,18 @@ pub struct PolicyFile {
     pub linux: LinuxSection,
     #[serde(default)]
     pub shell: ShellSection,
+    #[serde(default)]
+    pub js: JsSection,
+}
+
+/// The `[js]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsSection {
+    pub imports: Option<Vec<String>>,
+    pub memory_mib: Option<usize>,
+    pub timeout_seconds: Option<f64>,
+    pub output_mib: Option<usize>,
 }
 
 /// The policy of every backend, from one file.
@@ -53,6 +72,7 @@ pub struct PolicyFile {
 pub struct Policies {
     pub linux: LinuxPolicy,
     pub shell: ShellPolicy,
+    pub js: JsPolicy,
 }
 
 /// The `[shell]` table.
@@ -102,6 +122,7 @@ impl PolicyFile {
                 Policies {
                     linux: file.linux_policy(),
                     shell: file.shell_policy(),
+                    js: file.js_policy(),
                 }
             }
             None => Policies::default(),
@@ -136,7 +157,25 @@ impl PolicyFile {
         })?;
         policy.linux.check()?;
         policy.shell.check()?;
+        policy.js.check()?;
         Ok(policy)
+    }
+
+    /// The js backend's policy: the file's values over the defaults.
+    pub fn js_policy(&self) -> JsPolicy {
+        let section = &self.js;
+        let default = JsLimits::default();
+        JsPolicy {
+            imports: section.imports.clone().unwrap_or_default(),
+            limits: JsLimits {
+                memory_bytes_max: (section.memory_mib.map(|mib| mib << 20))
+                    .unwrap_or(default.memory_bytes_max),
+                output_bytes_max: (section.output_mib.map(|mib| mib << 20))
+                    .unwrap_or(default.output_bytes_max),
+                timeout: section.timeout_seconds.map(Duration::from_secs_f64),
+                ..default
+            },
+        }
     }
 
     /// The shell backend's policy: the file's values over the defaults.
@@ -163,15 +202,38 @@ impl PolicyFile {
     }
 }
 
-impl ShellSection {
+/// `seconds`, if given, as a duration: positive and finite.
+fn positive_seconds(key: &str, seconds: Option<f64>) -> std::result::Result<(), String> {
+    match seconds {
+        Some(s) if !(s > 0.0 && Duration::try_from_secs_f64(s).is_ok()) => {
+            Err(format!("{key} = {s}: a positive number of seconds"))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl JsSection {
     fn check(&self) -> std::result::Result<(), String> {
-        if let Some(seconds) = self.timeout_seconds {
-            if !(seconds > 0.0 && Duration::try_from_secs_f64(seconds).is_ok()) {
-                return Err(format!(
-                    "shell.timeout_seconds = {seconds}: a positive number of seconds"
-                ));
+        positive_seconds("js.timeout_seconds", self.timeout_seconds)?;
+        let mib = [self.memory_mib, self.output_mib];
+        if mib.contains(&Some(0)) || mib.iter().flatten().any(|&mib| mib > 1 << 20) {
+            return Err("js.memory_mib and js.output_mib: from 1 to 2^20".into());
+        }
+        for name in self.imports.iter().flatten() {
+            let plain = name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+            if name.is_empty() || name.starts_with('.') || !plain {
+                return Err(format!("js.imports: {name:?} is not a bare module name"));
             }
         }
+        Ok(())
+    }
+}
+
+impl ShellSection {
+    fn check(&self) -> std::result::Result<(), String> {
+        positive_seconds("shell.timeout_seconds", self.timeout_seconds)?;
         let zero = [self.commands_max, self.loop_iterations_max, self.output_mib];
         if zero.contains(&Some(0)) || self.write_mib == Some(0) || self.read_mib == Some(0) {
             return Err("shell limits: at least 1".into());
@@ -217,20 +279,8 @@ impl ShellSection {
 
 impl LinuxSection {
     fn check(&self) -> std::result::Result<(), String> {
-        if let Some(seconds) = self.timeout_seconds {
-            if !(seconds > 0.0 && Duration::try_from_secs_f64(seconds).is_ok()) {
-                return Err(format!(
-                    "linux.timeout_seconds = {seconds}: a positive number of seconds"
-                ));
-            }
-        }
-        if let Some(seconds) = self.idle_seconds {
-            if !(seconds > 0.0 && Duration::try_from_secs_f64(seconds).is_ok()) {
-                return Err(format!(
-                    "linux.idle_seconds = {seconds}: a positive number of seconds"
-                ));
-            }
-        }
+        positive_seconds("linux.timeout_seconds", self.timeout_seconds)?;
+        positive_seconds("linux.idle_seconds", self.idle_seconds)?;
         if self.processes == Some(0) || self.memory_mib == Some(0) {
             return Err("linux.processes and linux.memory_mib: at least 1".into());
         }
@@ -291,5 +341,12 @@ mod tests {
         assert!(PolicyFile::parse("[shell]\nwrite = [\"a[\"]\n").is_err());
         assert!(PolicyFile::parse("[shell]\noutput_mib = 0\n").is_err());
         assert!(PolicyFile::parse("[shell]\ncomand = []\n").is_err());
+        assert!(PolicyFile::parse("[js]\nimports = [\"../x\"]\n").is_err());
+        assert!(PolicyFile::parse("[js]\nmemory_mib = 0\n").is_err());
+        let js = PolicyFile::parse("[js]\nimports = [\"lodash\"]\nmemory_mib = 8\n")
+            .unwrap()
+            .js_policy();
+        assert_eq!(js.imports, vec!["lodash".to_string()]);
+        assert_eq!(js.limits.memory_bytes_max, 8 << 20);
     }
 }

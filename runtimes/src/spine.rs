@@ -534,6 +534,7 @@ impl Driver {
         });
         drop(wake);
         let ending = self.wait_for_end(&*process, &woken);
+        let value = process.value();
         lock(&self.state.control).wake = None;
         self.drain(&woken, ending.drained);
         let span = tracing::info_span!("exec", id = %self.state.id, backend = %self.state.backend);
@@ -541,7 +542,7 @@ impl Driver {
             let _after = tracing::info_span!("after_exec").entered();
             self.connection.after_exec(&self.state.id)
         });
-        self.finish(ending, sync);
+        self.finish(ending, sync, value);
     }
 
     /// Waits for the command to exit, sending SIGTERM at the timeout and SIGKILL a grace
@@ -634,7 +635,7 @@ impl Driver {
         });
     }
 
-    fn finish(self, ending: Ending, sync: SyncOutcome) {
+    fn finish(self, ending: Ending, sync: SyncOutcome, value: Option<String>) {
         let (exit_code, error) = match ending.exit {
             Ok(code) => (code, None),
             Err(err) => (crate::exec::EXIT_NOT_STARTED, Some(err.to_string())),
@@ -656,6 +657,7 @@ impl Driver {
             reason: self.state.reason.clone(),
             sync,
             error,
+            value,
         };
         tracing::info!(exec = %self.state.id, backend = %result.backend, ?status, exit_code, "exec ended");
         if let Some((sink, asked)) = &self.audit {

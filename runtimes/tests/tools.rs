@@ -14,9 +14,13 @@ fn workspace() -> Workspace {
     fs.mkdir("/src", MkdirOptions::default()).unwrap();
     let lines: String = (1..=3000).map(|n| format!("line {n}\n")).collect();
     fs.write_file("/src/long.txt", lines).unwrap();
-    fs.write_file("/src/main.rs", "fn main() {\n    let x = 1;\n    let y = 1;\n}\n")
+    fs.write_file(
+        "/src/main.rs",
+        "fn main() {\n    let x = 1;\n    let y = 1;\n}\n",
+    )
+    .unwrap();
+    fs.write_file("/blob.bin", b"\x7fELF\0\0\x01binary")
         .unwrap();
-    fs.write_file("/blob.bin", b"\x7fELF\0\0\x01binary").unwrap();
     ws
 }
 
@@ -32,13 +36,16 @@ fn read_numbers_lines_pages_and_says_what_is_left() {
     assert!(first.starts_with("     1\tline 1\n"), "{first}");
     assert!(first.contains("  2000\tline 2000\n"));
     assert!(!first.contains("line 2001\n"));
-    assert!(first.ends_with(
-        "[lines 1 to 2000 of 3000 shown; read from line 2001 for more]\n"
-    ));
-    let page = tools.read("/workspace/src/long.txt", 2999, Some(5)).unwrap();
+    assert!(first.ends_with("[lines 1 to 2000 of 3000 shown; read from line 2001 for more]\n"));
+    let page = tools
+        .read("/workspace/src/long.txt", 2999, Some(5))
+        .unwrap();
     assert_eq!(page, "  2999\tline 2999\n  3000\tline 3000\n");
     let binary = tools.read("blob.bin", 1, None).unwrap_err().to_string();
-    assert_eq!(binary, "/blob.bin: a binary file of 13 bytes; read shows text only");
+    assert_eq!(
+        binary,
+        "/blob.bin: a binary file of 13 bytes; read shows text only"
+    );
     let missing = tools.read("nope.txt", 1, None).unwrap_err();
     assert_eq!(missing.errno(), libc::ENOENT, "{missing}");
     let out = tools.read("../etc/passwd", 1, None).unwrap_err();
@@ -57,7 +64,10 @@ fn write_replaces_whole_and_makes_parents() {
         tools.write("/out/deep/new.txt", b"two\n").unwrap(),
         "replaced /out/deep/new.txt (4 bytes)"
     );
-    assert_eq!(ws.fs().read_to_string("/out/deep/new.txt").unwrap(), "two\n");
+    assert_eq!(
+        ws.fs().read_to_string("/out/deep/new.txt").unwrap(),
+        "two\n"
+    );
     let names: Vec<String> = (ws.fs().readdir("/out/deep").unwrap())
         .iter()
         .map(|e| e.name_lossy())
@@ -72,9 +82,17 @@ fn edit_replaces_one_span_or_says_how_many_matched() {
     let diff = tools
         .edit("src/main.rs", "let x = 1;", "let x = 2;")
         .unwrap();
-    assert!(diff.contains("--- a/src/main.rs\n+++ b/src/main.rs\n"), "{diff}");
-    assert!(diff.contains("-    let x = 1;\n+    let x = 2;\n"), "{diff}");
-    let twice = tools.edit("src/main.rs", "    let", "    const").unwrap_err();
+    assert!(
+        diff.contains("--- a/src/main.rs\n+++ b/src/main.rs\n"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("-    let x = 1;\n+    let x = 2;\n"),
+        "{diff}"
+    );
+    let twice = tools
+        .edit("src/main.rs", "    let", "    const")
+        .unwrap_err();
     assert!(twice.to_string().contains("appears 2 times"), "{twice}");
     let missing = tools.edit("src/main.rs", "let z", "let w").unwrap_err();
     assert!(missing.to_string().contains("appears 0 times"), "{missing}");
@@ -116,7 +134,10 @@ struct Kept(Mutex<Vec<(String, AuditEntry)>>);
 
 impl AuditSink for Kept {
     fn keep(&self, kind: &str, entry: &AuditEntry) {
-        self.0.lock().unwrap().push((kind.to_owned(), entry.clone()));
+        self.0
+            .lock()
+            .unwrap()
+            .push((kind.to_owned(), entry.clone()));
     }
 }
 

@@ -255,6 +255,8 @@ struct ExecOutcome {
   error @7 :Text;
   # Pending: why the last attempt failed.
   syncReason @8 :Text;
+  # What a callable backend's command returned, as JSON text; unset for a shell's.
+  value @9 :Text;
 }
 
 struct AuditItem {

@@ -191,13 +191,7 @@ impl Connection for ShellConnection {
             }
         }
         let bash = self.bash(request)?;
-        let started = run::start(bash, request.script.clone(), &request.exec_id)?;
-        Ok(Spawned {
-            stdin: Some(Box::new(started.stdin)),
-            stdout: Box::new(started.stdout),
-            stderr: Box::new(started.stderr),
-            process: started.process,
-        })
+        run::start(bash, request.script.clone(), &request.exec_id)
     }
 
     fn after_exec(&self, _exec_id: &str) -> SyncOutcome {

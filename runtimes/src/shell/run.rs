@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use bashkit::{Bash, ExecOptions, StreamData};
 use tokio::sync::watch;
 
-use crate::backend::{signal_of, Process};
+use crate::backend::{signal_of, Process, Spawned};
 use crate::error::{Error, Result};
 
 /// Exit status of an exec that hit one of the shell's limits.
@@ -127,16 +127,8 @@ impl Process for ShellProcess {
     }
 }
 
-/// What a started exec hands the spine.
-pub(crate) struct Started {
-    pub stdin: PipeWriter,
-    pub stdout: std::io::PipeReader,
-    pub stderr: std::io::PipeReader,
-    pub process: Arc<ShellProcess>,
-}
-
 /// Starts `script` on `bash` on a thread of its own.
-pub(crate) fn start(bash: Bash, script: String, exec_id: &str) -> Result<Started> {
+pub(crate) fn start(bash: Bash, script: String, exec_id: &str) -> Result<Spawned> {
     let pipes = || std::io::pipe().map_err(Error::io("making the shell's pipes"));
     let (stdin_reader, stdin) = pipes()?;
     let (stdout, stdout_writer) = pipes()?;
@@ -162,12 +154,7 @@ pub(crate) fn start(bash: Bash, script: String, exec_id: &str) -> Result<Started
             running.end(code);
         })
         .map_err(Error::io("starting the shell's thread"))?;
-    Ok(Started {
-        stdin,
-        stdout,
-        stderr,
-        process,
-    })
+    Ok(Spawned::in_process(stdin, stdout, stderr, process))
 }
 
 /// Runs the exec to its end; its exit status.
