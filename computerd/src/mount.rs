@@ -103,7 +103,8 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_poll: bool,
     /// The policy of the commands this mount runs for `computerd exec`: a TOML file
-    /// with [linux], [shell] and [js] tables (docs/RUNTIMES.md). Default: no network, the default limits.
+    /// with [linux], [shell] and [js] tables (docs/RUNTIMES.md). Default: no network,
+    /// the default limits.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 }

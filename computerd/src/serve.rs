@@ -41,8 +41,8 @@ pub struct ServeArgs {
     /// Connections served at once; more are closed as they come.
     #[arg(long, default_value_t = 64, value_name = "N")]
     pub connections_max: usize,
-    /// The policy of the commands this server runs: a TOML file with [linux], [shell] and [js] tables
-    /// (docs/RUNTIMES.md). Default: no network, the default limits.
+    /// The policy of the commands this server runs: a TOML file with [linux], [shell]
+    /// and [js] tables (docs/RUNTIMES.md). Default: no network, the default limits.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
 }
