@@ -12,7 +12,8 @@
 //! `grep -rn` over 36,000 files (36 directories of 1,000, 1 KiB of text each, one line
 //! in 100 files matching), and an agent's turn (ls, cat, grep, a `sed -i` edit, wc).
 //! The same scripts on the Linux backend and on the host are timed by
-//! `benches/shell.py`; docs/benchmarks.md has both.
+//! `benches/shell.py`; docs/benchmarks.md has both. The js backend's group: a trivial
+//! module, and one that reads and writes 1,000 small files through `fs`.
 
 mod common;
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{open, scratch, text_bytes};
+use computer_runtimes::js::{JsBackend, JsPolicy};
 use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
 use computer_runtimes::shell::{ShellBackend, ShellPolicy};
 use computer_runtimes::{ExecOptions, Runtimes};
@@ -127,5 +129,46 @@ fn linux(c: &mut Criterion) {
     rt.close(Duration::from_secs(5));
 }
 
-criterion_group!(benches, shell, linux);
+/// Reads and rewrites the 1,000 files of `tree/`.
+const JS_FILES: &str = r#"
+import { readdir, readFile, writeFile } from 'fs';
+export default async () => {
+  let n = 0;
+  for (const d of await readdir('tree')) {
+    for (const f of await readdir(`tree/${d}`)) {
+      const text = await readFile(`tree/${d}/${f}`, 'utf8');
+      await writeFile(`tree/${d}/${f}`, text);
+      n += 1;
+    }
+  }
+  return n;
+};
+"#;
+
+fn js(c: &mut Criterion) {
+    let dir = scratch();
+    let ws = open(&dir.path().join("ws.db"), ChunkSizes::DEFAULT);
+    lay_in_store(&ws);
+    let mut rt = Runtimes::new();
+    rt.register(Arc::new(JsBackend::new(
+        ws.clone(),
+        JsPolicy::default(),
+        None,
+    )))
+    .unwrap();
+    let mut group = c.benchmark_group("js");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500));
+    group.bench_function("trivial_module", |b| {
+        b.iter(|| run(&rt, "export default (x) => x"))
+    });
+    group.sample_size(10);
+    group.bench_function("read_and_write_1000_files", |b| {
+        b.iter(|| run(&rt, JS_FILES))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, shell, linux, js);
 criterion_main!(benches);
