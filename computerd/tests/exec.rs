@@ -3,20 +3,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use common::{computerd, run_with_stdin, Mount, BIN};
-
-fn exec(db: &Path, extra: &[&str], script: &str) -> Output {
-    let mut args: Vec<&str> = vec!["exec", db.to_str().unwrap()];
-    args.extend(extra);
-    args.extend(["--", script]);
-    computerd(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{computerd, exec, run_with_stdin, text, Mount, BIN};
 
 fn fs_cat(db: &Path, path: &str) -> Vec<u8> {
     let out = computerd(["fs", db.to_str().unwrap(), "cat", path]);

@@ -3,23 +3,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Output;
-
-use common::{computerd, Mount};
-
-fn exec(db: &Path, extra: &[&str], script: Option<&str>) -> Output {
-    let mut args: Vec<&str> = vec!["exec", db.to_str().unwrap()];
-    args.extend(extra);
-    if let Some(script) = script {
-        args.extend(["--", script]);
-    }
-    computerd(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{computerd, exec, text, Mount};
 
 #[test]
 fn a_module_of_the_workspace_runs_with_its_input_and_prints_its_value() {
@@ -35,18 +19,17 @@ fn a_module_of_the_workspace_runs_with_its_input_and_prints_its_value() {
          await fs.writeFile('lib/out.txt', String(twice(n)));\n  return { n: twice(n) };\n};\n",
     )
     .unwrap();
-    let out = exec(
-        &m.db,
-        &[
-            "--backend",
-            "js",
-            "--input",
-            r#"{"n": 21}"#,
-            "--file",
-            "lib/main.js",
-        ],
-        None,
-    );
+    let db = m.db.to_str().unwrap();
+    let out = computerd([
+        "exec",
+        db,
+        "--backend",
+        "js",
+        "--input",
+        r#"{"n": 21}"#,
+        "--file",
+        "lib/main.js",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "working\n{\"n\":42}\n");
     assert_eq!(
@@ -58,7 +41,7 @@ fn a_module_of_the_workspace_runs_with_its_input_and_prints_its_value() {
     let out = exec(
         &m.db,
         &["--backend", "js"],
-        Some("export default () => { throw new Error('no') }"),
+        "export default () => { throw new Error('no') }",
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -66,7 +49,7 @@ fn a_module_of_the_workspace_runs_with_its_input_and_prints_its_value() {
         "{}",
         text(&out.stderr)
     );
-    let out = exec(&m.db, &["--input", "{}"], Some("true"));
+    let out = exec(&m.db, &["--input", "{}"], "true");
     assert!(text(&out.stderr).contains("--input and --file are for --backend js"));
 }
 

@@ -6,20 +6,8 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Output;
 
-use common::{computerd, Mount};
-
-fn exec(db: &Path, extra: &[&str], script: &str) -> Output {
-    let mut args: Vec<&str> = vec!["exec", db.to_str().unwrap()];
-    args.extend(extra);
-    args.extend(["--", script]);
-    computerd(args)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{computerd, exec, text, Mount};
 
 fn audit(db: &Path) -> Vec<serde_json::Value> {
     let out = computerd(["audit", db.to_str().unwrap(), "--json"]);

@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{collect, run};
-use computer_runtimes::audit::{AuditEntry, AuditSink};
+use common::{collect, run, Kept};
 use computer_runtimes::shell::{ShellBackend, ShellLimits, ShellPolicy, EXIT_LIMIT};
 use computer_runtimes::{
     Backend, Connection, Error, ExecOptions, ExecStatus, Runtimes, SpawnRequest, SyncOutcome, AUTO,
@@ -259,18 +258,6 @@ fn policy_paths_and_commands_are_enforced() {
         refused.to_string().contains("`grep` is not allowed"),
         "{refused}"
     );
-}
-
-#[derive(Default)]
-struct Kept(Mutex<Vec<(String, AuditEntry)>>);
-
-impl AuditSink for Kept {
-    fn keep(&self, kind: &str, entry: &AuditEntry) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((kind.to_owned(), entry.clone()));
-    }
 }
 
 /// A backend standing for Linux: it runs anything, with `sh`, in a directory.

@@ -1,8 +1,10 @@
 //! The file tools agents call, on a workspace store.
 
-use std::sync::{Arc, Mutex};
+mod common;
 
-use computer_runtimes::audit::{AuditEntry, AuditSink};
+use std::sync::Arc;
+
+use common::Kept;
 use computer_runtimes::shell::ShellPolicy;
 use computer_runtimes::tools::{Tools, LISTED_MAX};
 use computer_runtimes::Error;
@@ -127,18 +129,6 @@ fn ls_find_and_grep_are_sorted_and_bounded() {
     assert!(!cut);
     let (_, cut) = tools.grep("TODO", "/", None).unwrap();
     assert!(cut);
-}
-
-#[derive(Default)]
-struct Kept(Mutex<Vec<(String, AuditEntry)>>);
-
-impl AuditSink for Kept {
-    fn keep(&self, kind: &str, entry: &AuditEntry) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((kind.to_owned(), entry.clone()));
-    }
 }
 
 #[test]

@@ -1107,3 +1107,16 @@ impl Drop for SmallDisk {
             .status();
     }
 }
+
+/// `computerd exec DB EXTRA... -- SCRIPT`.
+pub fn exec(db: &Path, extra: &[&str], script: &str) -> Output {
+    let mut args: Vec<&str> = vec!["exec", db.to_str().unwrap()];
+    args.extend(extra);
+    args.extend(["--", script]);
+    computerd(args)
+}
+
+/// Output bytes as text, lossily.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)] // each test binary uses its own share
 
+use std::sync::Mutex;
+
+use computer_runtimes::audit::{AuditEntry, AuditSink};
 use computer_runtimes::{Event, ExecHandle, ExecOptions, Runtimes, Stream};
 
 /// Stdout and stderr of a finished exec, from its events.
@@ -33,4 +36,15 @@ pub fn run(rt: &Runtimes, script: &str) -> (String, String, i32) {
     let mut handle = rt.exec(script, ExecOptions::default()).unwrap();
     let (out, err) = collect(&mut handle);
     (out, err, handle.result().exit_code)
+}
+
+/// An audit sink that keeps every record, with its kind, for a test to read.
+#[derive(Default)]
+pub struct Kept(pub Mutex<Vec<(String, AuditEntry)>>);
+
+impl AuditSink for Kept {
+    fn keep(&self, kind: &str, entry: &AuditEntry) {
+        let mut kept = self.0.lock().unwrap();
+        kept.push((kind.to_owned(), entry.clone()));
+    }
 }
