@@ -642,6 +642,19 @@ impl Fs {
             .map_err(|e| e.at(to))
     }
 
+    /// Copies the file at `from` to `to`, made or replaced whole (readers see the old
+    /// file or the copy, never a part), sharing its blocks: the copy goes under a hidden
+    /// name beside `to` and is renamed over it.
+    pub fn copy_replacing(&self, from: &str, to: &str) -> Result<()> {
+        let (dir, name) = to.rsplit_once('/').unwrap_or(("", to));
+        let hidden = replacement_name(name.as_bytes());
+        let temp = join(dir, &String::from_utf8_lossy(&hidden));
+        self.copy(from, &temp, false)?;
+        self.rename(&temp, to).inspect_err(|_| {
+            let _ = self.unlink(&temp);
+        })
+    }
+
     // ---------------------------------------------------------------- links
 
     /// Creates a symlink at `path` pointing to `target`.
@@ -942,6 +955,18 @@ mod tests {
         let big = fs.read_file_at_most("/f", 3);
         assert!(matches!(big, Err(Error::FileTooBig(_))), "{big:?}");
         assert_eq!(fs.read_file_at_most("/f", 9).unwrap(), b"BUFFERED!");
+    }
+
+    #[test]
+    fn a_copy_replaces_its_target_whole_and_leaves_nothing_hidden() {
+        let ws = Workspace::open_in_memory(Default::default()).unwrap();
+        let fs = ws.fs();
+        fs.write_file("/f", b"old").unwrap();
+        fs.copy_replacing("/f", "/g").unwrap();
+        fs.write_file("/f", b"new").unwrap();
+        fs.copy_replacing("/f", "/g").unwrap();
+        assert_eq!(fs.read_file("/g").unwrap(), b"new");
+        assert_eq!(fs.readdir("/").unwrap().len(), 2, "no hidden copy is left");
     }
 
     #[test]

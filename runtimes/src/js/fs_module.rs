@@ -251,8 +251,7 @@ fn install_writes<'js>(
     let h = host.clone();
     let copy_file = move |ctx: Ctx<'js>, from: String, to: String| {
         let (src, dst) = (h.at(&ctx, &from, "copyfile")?, h.at(&ctx, &to, "copyfile")?);
-        let bytes = done(&ctx, h.fs.read_file(&src), "copyfile", &from)?;
-        done(&ctx, h.fs.write_file(&dst, &bytes), "copyfile", &to)?;
+        done(&ctx, h.fs.copy_replacing(&src, &dst), "copyfile", &from)?;
         h.changed(&[&dst]);
         Ok::<_, rquickjs::Error>(())
     };

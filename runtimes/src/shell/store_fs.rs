@@ -106,16 +106,6 @@ impl StoreFs {
     fn listed(&self) -> std::sync::MutexGuard<'_, HashMap<String, Metadata>> {
         self.listed.lock().unwrap_or_else(|e| e.into_inner())
     }
-
-    /// Copies one file: the store shares its blocks, under a temporary name renamed over
-    /// `to`, so an existing target is replaced whole or not at all.
-    fn copy_file(&self, from: &str, to: &str) -> computer_vfs::Result<()> {
-        let temp = temp_beside(to);
-        self.fs.copy(from, &temp, false)?;
-        self.fs.rename(&temp, to).inspect_err(|_| {
-            let _ = self.fs.unlink(&temp);
-        })
-    }
 }
 
 #[async_trait]
@@ -234,7 +224,7 @@ impl FileSystem for StoreFs {
         let (from, to) = (self.readable(from)?, self.writable(to)?);
         let size = self.fs.lstat(from).map_err(store_error)?.size;
         self.spend(usize::try_from(size).unwrap_or(usize::MAX))?;
-        self.copy_file(from, to).map_err(store_error)?;
+        self.fs.copy_replacing(from, to).map_err(store_error)?;
         self.changed(&[to]);
         Ok(())
     }
@@ -271,14 +261,6 @@ impl FileSystem for StoreFs {
         self.changed(&[path]);
         Ok(())
     }
-}
-
-/// A name beside `path` for a file about to be renamed over it.
-fn temp_beside(path: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{dir}/.{name}.shell-copy-{}-{n}", std::process::id())
 }
 
 fn utf8(path: &Path) -> bashkit::Result<&str> {
