@@ -12,8 +12,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # scripts/check-capnp.sh check the committed generated code against the schema;
 # bubblewrap makes the Linux backend's sandboxes (runtimes); jq, ripgrep, patch and
 # bsdextrautils (column) are commands of the shell backend's differential test, run
-# by real bash for comparison.
-packages=(git tar python3 ca-certificates capnproto bubblewrap jq ripgrep patch bsdextrautils)
+# by real bash for comparison; python3-venv holds the MCP client below.
+packages=(git tar python3 python3-venv ca-certificates capnproto bubblewrap jq ripgrep patch
+  bsdextrautils)
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for package in "${packages[@]}"; do
@@ -37,3 +38,12 @@ install_tool pjdfstest 0.2.2
 install_tool fsx 0.3.2
 # The fuzz smoke run (scripts/fuzz-smoke.sh) builds its targets with cargo-fuzz.
 install_tool cargo-fuzz 0.13.2
+
+# computerd/tests/mcp.rs drives `computerd mcp` as an agent host would, with the official
+# Python MCP SDK (PyPI `mcp`, pinned), in a virtual environment of its own.
+mcp_venv="${COMPUTER_MCP_VENV:-$HOME/.cache/computer/mcp-venv}"
+if ! "$mcp_venv/bin/python" -c 'import mcp' 2>/dev/null; then
+  echo "install-test-deps: installing the Python MCP SDK into $mcp_venv"
+  python3 -m venv "$mcp_venv"
+  "$mcp_venv/bin/pip" install --quiet --disable-pip-version-check 'mcp==2.3.0'
+fi

@@ -48,8 +48,6 @@ const EXIT_PENDING: u8 = 75;
 const STDIN_BYTES_MAX: u64 = 64 << 20;
 /// How long the mount made for one command may take to let go of the database.
 pub(crate) const UNMOUNT_WAIT: Duration = owner::OWNER_WAIT;
-/// The longest an events call waits on the owner before asking again.
-const EVENTS_WAIT: Duration = Duration::from_secs(10);
 /// How long the end of a command waits for its sandbox to go.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// Names tried for a private directory before giving up.
@@ -203,14 +201,15 @@ fn run_on_owner(
                 }
             }
         });
-        follow(&upstream, &exec).await
+        let mut output = Output::default();
+        exec_wire::follow(&upstream, &exec, |event| output.show(event)).await
     });
     ran.map_err(|err| owner_call_error(address, err))
 }
 
 /// A failed call to the owner's runner, said for the user: the owner's refusal as it
 /// says it, a broken connection with its address.
-fn owner_call_error(address: &Address, err: anyhow::Error) -> anyhow::Error {
+pub(crate) fn owner_call_error(address: &Address, err: anyhow::Error) -> anyhow::Error {
     match err.downcast::<computer_sync::Error>() {
         Ok(computer_sync::Error::File { message, .. }) => anyhow!(message),
         Ok(err) => crate::fs_files::connection_error(address, err),
@@ -303,30 +302,6 @@ pub(crate) fn wait_on_owner(
         Ok::<_, anyhow::Error>(exec_wire::read_wait_sync(answer.get()?)?)
     });
     waited.map_err(|err| owner_call_error(&address, err))
-}
-
-/// Reads an exec's events until its exit, writing its output to ours as it comes.
-async fn follow(
-    upstream: &computer_sync::RemoteUpstream,
-    exec: &computer_sync::exec_capnp::exec::Client,
-) -> anyhow::Result<ExecResult> {
-    let mut output = Output::default();
-    let mut from = 0;
-    loop {
-        let mut request = exec.events_request();
-        request.get().set_from(from);
-        request.get().set_wait_ms(EVENTS_WAIT.as_millis() as u32);
-        let answer = upstream.answer(request.send().promise).await?;
-        for event in answer.get()?.get_events()? {
-            let event = exec_wire::read_event(event)?;
-            from = match &event {
-                Event::Output { seq, .. } => seq + 1,
-                Event::Missed { next, .. } => *next,
-                Event::Exit { result, .. } => return Ok(result.clone()),
-            };
-            output.show(&event);
-        }
-    }
 }
 
 /// Runs `script` with the sandbox over `view` and streams its output to ours.
@@ -519,14 +494,14 @@ fn timeout(seconds: Option<f64>) -> anyhow::Result<Option<Duration>> {
 
 /// The process that runs the command: the database's running mount, or a mount made
 /// for this command in a private directory.
-struct Owner {
+pub(crate) struct Owner {
     channel: owner::Channel,
     /// The mount made for the command: its mount point and private directory.
     own: Option<(PathBuf, PathBuf)>,
 }
 
 impl Owner {
-    fn for_db(db: &Path, policy: Option<&Path>) -> anyhow::Result<Owner> {
+    pub(crate) fn for_db(db: &Path, policy: Option<&Path>) -> anyhow::Result<Owner> {
         if !db.exists() {
             bail!(
                 "{}: no such workspace database (computerd init makes one)",
@@ -608,8 +583,14 @@ impl Owner {
         }
     }
 
+    /// Where the owner takes calls, and the token it asks for.
+    pub(crate) fn address(&self) -> (Address, Vec<u8>) {
+        let socket = Address::Unix(self.channel.socket.clone());
+        (socket, self.channel.token.as_bytes().to_vec())
+    }
+
     /// Takes down a mount made for the command, once its daemon is done.
-    fn finish(self) -> anyhow::Result<()> {
+    pub(crate) fn finish(self) -> anyhow::Result<()> {
         let Some((mountpoint, dir)) = self.own else {
             return Ok(());
         };

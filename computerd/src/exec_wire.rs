@@ -15,6 +15,7 @@ use computer_runtimes::audit::status_name;
 use computer_runtimes::js::JsBackend;
 use computer_runtimes::linux::{LinuxBackend, WorkspaceView, LINUX_BACKEND_ID};
 use computer_runtimes::shell::{ChangeObserver, ShellBackend, SHELL_BACKEND_ID};
+use computer_runtimes::tools::Tools;
 use computer_runtimes::{
     Description, Event, ExecHandle, ExecOptions, ExecResult, ExecStatus, Policies, Runtimes,
     Stream, SyncOutcome, WorkspaceAudit,
@@ -25,6 +26,8 @@ use computer_sync::exec_capnp::{
 use computer_sync::rpc::{error_answer, RunnerMaker};
 use computer_vfs::{AuditRecord, Workspace};
 
+/// The longest a caller's `events` call asks the owner to wait before asking again.
+const EVENTS_WAIT: Duration = Duration::from_secs(10);
 /// The longest one `events` call waits for a first event.
 pub const EVENTS_WAIT_MAX: Duration = Duration::from_secs(30);
 /// The most output one `events` answer carries, bytes (one chunk may pass it).
@@ -38,26 +41,45 @@ pub const SYNC_WAIT_MAX: Duration = Duration::from_secs(300);
 
 /// Where an owner puts its `Runtimes` once it can run commands (a mount: once the
 /// kernel answers at its mount point). Execs asked before fail EAGAIN.
-pub type RuntimesSlot = Arc<OnceLock<Arc<Runtimes>>>;
+pub type RuntimesSlot = Arc<OnceLock<OwnerRuntimes>>;
+
+/// What an owner runs for its callers: the exec spine and the file tools agents call.
+pub struct OwnerRuntimes {
+    pub exec: Arc<Runtimes>,
+    pub tools: Tools,
+}
+
+impl OwnerRuntimes {
+    /// Ends the commands running and their sandboxes, waiting up to `wait`.
+    pub fn close(&self, wait: Duration) {
+        self.exec.close(wait);
+    }
+}
 
 /// An owner's exec spine over `ws`: the Linux backend over `view` (the default), the
 /// shell and the js backend on the store itself (telling `changed` what they changed:
-/// a mount's kernel cache), and `auto` trying the shell first; its records kept in
-/// `ws`'s audit trail.
+/// a mount's kernel cache), and `auto` trying the shell first; the file tools under
+/// the shell's path globs; the records of both kept in `ws`'s audit trail.
 pub fn owner_runtimes(
     view: Arc<dyn WorkspaceView>,
     policies: Policies,
     ws: &Workspace,
     changed: Option<ChangeObserver>,
-) -> anyhow::Result<Arc<Runtimes>> {
+) -> anyhow::Result<OwnerRuntimes> {
+    let audit = Arc::new(WorkspaceAudit(ws.clone()));
+    let mut tools = Tools::new(ws, &policies.shell, changed.clone())?;
+    tools.set_audit(audit.clone());
     let mut runtimes = Runtimes::new();
     runtimes.register(Arc::new(LinuxBackend::new(view, policies.linux)))?;
     let shell = ShellBackend::new(ws.clone(), policies.shell, changed.clone())?;
     runtimes.register(Arc::new(shell))?;
     runtimes.register(Arc::new(JsBackend::new(ws.clone(), policies.js, changed)))?;
     runtimes.set_auto(&[SHELL_BACKEND_ID, LINUX_BACKEND_ID])?;
-    runtimes.set_audit(Arc::new(WorkspaceAudit(ws.clone())));
-    Ok(Arc::new(runtimes))
+    runtimes.set_audit(audit);
+    Ok(OwnerRuntimes {
+        exec: Arc::new(runtimes),
+        tools,
+    })
 }
 
 /// The runner maker an owner passes to its channel: every caller gets a runner over the
@@ -100,7 +122,7 @@ impl runner::Server for RunnerServer {
         _params: runner::BackendsParams,
         mut results: runner::BackendsResults,
     ) -> capnp::Result<()> {
-        let backends = self.runtimes()?.backends();
+        let backends = self.owned()?.exec.backends();
         let mut list = results.get().init_backends(backends.len() as u32);
         for (i, backend) in backends.iter().enumerate() {
             write_backend(backend, list.reborrow().get(i as u32));
@@ -121,6 +143,20 @@ impl runner::Server for RunnerServer {
         out.set_id(handle.id());
         out.set_backend(handle.backend());
         out.set_exec(exec_client(self.runtimes()?, handle.id()));
+        Ok(())
+    }
+
+    async fn tool(
+        self: Rc<Self>,
+        params: runner::ToolParams,
+        mut results: runner::ToolResults,
+    ) -> capnp::Result<()> {
+        let params = params.get()?;
+        let name = params.get_name()?.to_string()?;
+        let arguments = params.get_arguments()?.to_string()?;
+        let (tools, caller) = (self.owned()?.tools.clone(), self.caller.clone());
+        let text = off_the_loop(move || tools.call(&name, &arguments, &caller)).await?;
+        results.get().set_text(&text);
         Ok(())
     }
 
@@ -186,7 +222,11 @@ impl runner::Server for RunnerServer {
 
 impl RunnerServer {
     fn runtimes(&self) -> capnp::Result<Arc<Runtimes>> {
-        self.runtimes.get().cloned().ok_or_else(|| {
+        Ok(self.owned()?.exec.clone())
+    }
+
+    fn owned(&self) -> capnp::Result<&OwnerRuntimes> {
+        self.runtimes.get().ok_or_else(|| {
             error_answer(&computer_sync::Error::File {
                 errno: libc::EAGAIN,
                 message: "the workspace's owner cannot run commands yet (its mount is not \
@@ -381,6 +421,40 @@ pub fn write_request(script: &str, options: &ExecOptions, mut out: exec_request:
         var.set_name(name);
         var.set_value(value);
     }
+}
+
+/// Reads an exec's events until its exit, each (the exit too) to `each` as it comes.
+pub async fn follow(
+    upstream: &computer_sync::RemoteUpstream,
+    exec: &exec::Client,
+    mut each: impl FnMut(&Event),
+) -> anyhow::Result<ExecResult> {
+    let mut from = 0;
+    loop {
+        let mut request = exec.events_request();
+        request.get().set_from(from);
+        request.get().set_wait_ms(EVENTS_WAIT.as_millis() as u32);
+        let answer = upstream.answer(request.send().promise).await?;
+        for event in answer.get()?.get_events()? {
+            let event = read_event(event)?;
+            each(&event);
+            from = match event {
+                Event::Output { seq, .. } => seq + 1,
+                Event::Missed { next, .. } => next,
+                Event::Exit { result, .. } => return Ok(result),
+            };
+        }
+    }
+}
+
+/// A backend as the runner's `backends` answered.
+pub fn read_backend(backend: backend_info::Reader<'_>) -> capnp::Result<Description> {
+    Ok(Description {
+        id: text(backend.get_id())?,
+        summary: text(backend.get_summary())?,
+        runs: text(backend.get_runs())?,
+        touches: text(backend.get_touches())?,
+    })
 }
 
 pub fn read_event(event: exec_event::Reader<'_>) -> capnp::Result<Event> {

@@ -23,6 +23,7 @@ mod fs_walk;
 mod fuse;
 mod init;
 mod manual;
+mod mcp;
 mod mount;
 mod mounts;
 mod notice;
@@ -93,6 +94,11 @@ enum Command {
     /// List the workspace's audit trail: each exec asked of it, who asked, on which
     /// backend and why, and how it ended (or why it was refused).
     Audit(audit::AuditArgs),
+    /// Serve a workspace's agent tools (read, write, edit, ls, find, grep, exec) over
+    /// the Model Context Protocol on stdio, for an agent host.
+    #[command(override_usage = "computerd mcp [OPTIONS] <DB>\n       \
+        computerd mcp [OPTIONS] --remote <ADDR>")]
+    Mcp(mcp::McpArgs),
     /// Serve a workspace to replicas and clients over the network until signalled.
     Serve(serve::ServeArgs),
     /// List the computerd mounts and servers running here.
@@ -143,6 +149,7 @@ fn main() -> ExitCode {
         },
         Command::Exec(args) => exec::run(args),
         Command::Audit(args) => audit::run(args),
+        Command::Mcp(args) => mcp::run(args),
     };
     match result {
         Ok(code) => code,

@@ -137,7 +137,7 @@ async fn stop_after_signal(runtimes: RuntimesSlot, replica: Arc<ServedReplica>) 
 const RUNTIMES_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// Resolves at the first SIGINT, SIGTERM or SIGHUP.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let kinds = [
         SignalKind::interrupt(),

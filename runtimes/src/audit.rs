@@ -82,6 +82,7 @@ impl AuditEntry {
 
     /// A tool call: what was asked (`read /src/a.rs`), how long it took, its error.
     pub(crate) fn tool(
+        caller: &str,
         asked: &str,
         duration: std::time::Duration,
         error: Option<String>,
@@ -93,7 +94,7 @@ impl AuditEntry {
         };
         AuditEntry {
             id: "-".into(),
-            caller: "tools".into(),
+            caller: caller.into(),
             backend: "tools".into(),
             reason: String::new(),
             script: cut(asked, AUDIT_SCRIPT_BYTES_MAX),
@@ -139,7 +140,8 @@ pub fn status_name(status: ExecStatus) -> &'static str {
     }
 }
 
-fn sync_text(sync: &SyncOutcome) -> String {
+/// A sync outcome in one line, as records and answers say it.
+pub(crate) fn sync_text(sync: &SyncOutcome) -> String {
     match sync {
         SyncOutcome::Complete => "complete".into(),
         SyncOutcome::Pending { intent, reason } => {

@@ -183,6 +183,12 @@ interface Runner {
   # pending or lost, with `syncDetail` and `syncReason` as in ExecOutcome.
   waitSync @4 (backend :Text, intent :Text, waitMs :UInt32)
       -> (sync :Text, syncDetail :Text, syncReason :Text);
+  # Runs the file tool `name` (read, write, edit, ls, find, grep: runtimes/src/tools)
+  # with `arguments`, a JSON object as the tool's schema says, under the server's
+  # policy, recorded in its audit trail; the answer is text for a model. A refusal or
+  # a failure is an error naming the path, with its errno. Servers older than this
+  # answer unimplemented.
+  tool @5 (name :Text, arguments :Text) -> (text :Text);
 }
 
 struct BackendInfo {

@@ -14,6 +14,12 @@ use crate::error::{Error, Result};
 use crate::linux::SANDBOX_WORKSPACE;
 use crate::shell::{ChangeObserver, PathRules, ShellPolicy};
 
+mod call;
+mod exec;
+
+pub use call::*;
+pub use exec::{ExecArgs, Transcript, TRANSCRIPT_STREAM_BYTES_MAX};
+
 /// Lines `read` returns when the caller names no count, and the most it returns.
 pub const READ_LINES_DEFAULT: usize = 2000;
 /// Characters of one line `read` shows; the rest is cut, and said so.
@@ -25,12 +31,15 @@ pub const LISTED_MAX: usize = 1000;
 /// Bytes looked at to call a file binary (a NUL byte among them).
 const BINARY_PROBE_BYTES: usize = 8 << 10;
 
-/// The tools over one workspace.
+/// The tools over one workspace. Cheap to clone.
+#[derive(Clone)]
 pub struct Tools {
     fs: Fs,
-    rules: PathRules,
+    rules: Arc<PathRules>,
     changed: Option<ChangeObserver>,
     audit: Option<Arc<dyn AuditSink>>,
+    /// Who calls, for the audit records.
+    caller: String,
 }
 
 /// One entry of `ls`.
@@ -52,15 +61,24 @@ impl Tools {
     ) -> Result<Tools> {
         Ok(Tools {
             fs: ws.fs(),
-            rules: policy.path_rules().map_err(Error::Invalid)?,
+            rules: Arc::new(policy.path_rules().map_err(Error::Invalid)?),
             changed,
             audit: None,
+            caller: "in-process".into(),
         })
     }
 
     /// Sends a record of each call to `sink` from now on.
     pub fn set_audit(&mut self, sink: Arc<dyn AuditSink>) {
         self.audit = Some(sink);
+    }
+
+    /// These tools, their calls recorded as `caller`'s.
+    pub fn for_caller(&self, caller: &str) -> Tools {
+        Tools {
+            caller: caller.to_owned(),
+            ..self.clone()
+        }
     }
 
     /// Lines `from_line` (1-based) on of a text file, `count` of them at most, each
@@ -197,7 +215,7 @@ impl Tools {
             let error = outcome.as_ref().err().map(ToString::to_string);
             audit.keep(
                 KIND_TOOL,
-                &AuditEntry::tool(asked, started.elapsed(), error),
+                &AuditEntry::tool(&self.caller, asked, started.elapsed(), error),
             );
         }
         outcome
