@@ -202,7 +202,11 @@ fn run_on_owner(
             }
         });
         let mut output = Output::default();
-        exec_wire::follow(&upstream, &exec, |event| output.show(event)).await
+        let show = |event: Event| {
+            output.show(&event);
+            std::future::ready(())
+        };
+        exec_wire::follow(&upstream, &exec, show).await
     });
     ran.map_err(|err| owner_call_error(address, err))
 }

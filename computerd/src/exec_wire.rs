@@ -423,11 +423,13 @@ pub fn write_request(script: &str, options: &ExecOptions, mut out: exec_request:
     }
 }
 
-/// Reads an exec's events until its exit, each (the exit too) to `each` as it comes.
-pub async fn follow(
+/// Reads an exec's events until its exit, handing each (the exit too) to `each` as it
+/// comes and waiting for what `each` returns before reading on: a slow consumer slows
+/// the reading, it does not make events pile up here.
+pub async fn follow<Fut: std::future::Future<Output = ()>>(
     upstream: &computer_sync::RemoteUpstream,
     exec: &exec::Client,
-    mut each: impl FnMut(&Event),
+    mut each: impl FnMut(Event) -> Fut,
 ) -> anyhow::Result<ExecResult> {
     let mut from = 0;
     loop {
@@ -437,12 +439,21 @@ pub async fn follow(
         let answer = upstream.answer(request.send().promise).await?;
         for event in answer.get()?.get_events()? {
             let event = read_event(event)?;
-            each(&event);
-            from = match event {
-                Event::Output { seq, .. } => seq + 1,
-                Event::Missed { next, .. } => next,
-                Event::Exit { result, .. } => return Ok(result),
+            let ended = match &event {
+                Event::Output { seq, .. } => {
+                    from = seq + 1;
+                    None
+                }
+                Event::Missed { next, .. } => {
+                    from = *next;
+                    None
+                }
+                Event::Exit { result, .. } => Some(result.clone()),
             };
+            each(event).await;
+            if let Some(result) = ended {
+                return Ok(result);
+            }
         }
     }
 }

@@ -40,6 +40,13 @@ use crate::exec::Owner;
 use crate::exec_wire;
 use crate::fs_files::RemoteFiles;
 
+/// Events of one exec on their way from the owner's connection to the host, at most:
+/// a host that reads slowly slows the reading of the exec's events (the owner's log
+/// keeps them, bounded) rather than piling them up here.
+const EXEC_EVENTS_QUEUED: usize = 16;
+/// The longest JSON-RPC message read from the host, bytes: a call's arguments at their
+/// most and room for the rest. rmcp drops a longer line (with a line in the log).
+const MESSAGE_BYTES_MAX: usize = tools::ARGUMENTS_BYTES_MAX + (1 << 20);
 /// How long the end of the session waits for rmcp's stdin reader to let go.
 const STDIN_RELEASE_WAIT: Duration = Duration::from_millis(200);
 
@@ -94,8 +101,11 @@ fn serve_stdio(server: McpServer) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let served = runtime.block_on(async move {
+        let (stdin, stdout) = rmcp::transport::stdio();
+        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, stdout)
+            .with_max_line_length(MESSAGE_BYTES_MAX);
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
             .context("starting the MCP session on stdio")?;
         tokio::select! {
@@ -278,7 +288,7 @@ enum Call {
         options: ExecOptions,
         /// Fired when the host cancels the call: the command is killed.
         cancel: CancellationToken,
-        events: mpsc::UnboundedSender<Result<Event, String>>,
+        events: mpsc::Sender<Result<Event, String>>,
     },
 }
 
@@ -314,8 +324,8 @@ impl Bridge {
         script: String,
         options: ExecOptions,
         cancel: CancellationToken,
-    ) -> Result<mpsc::UnboundedReceiver<Result<Event, String>>, String> {
-        let (events, receiver) = mpsc::unbounded_channel();
+    ) -> Result<mpsc::Receiver<Result<Event, String>>, String> {
+        let (events, receiver) = mpsc::channel(EXEC_EVENTS_QUEUED);
         let call = Call::Exec {
             script,
             options,
@@ -398,12 +408,14 @@ async fn answer(upstream: &RemoteUpstream, runner: &runner::Client, address: &Ad
             events,
         } => {
             let sink = events.clone();
-            let ran = exec(upstream, runner, &script, &options, cancel, move |event| {
-                let _ = sink.send(Ok(event.clone()));
-            })
-            .await;
+            let each = move |event| {
+                let sink = sink.clone();
+                // A host gone from the call still has its command followed to the end.
+                async move { drop(sink.send(Ok(event)).await) }
+            };
+            let ran = exec(upstream, runner, &script, &options, cancel, each).await;
             if let Err(err) = ran {
-                let _ = events.send(Err(said(err)));
+                let _ = events.send(Err(said(err))).await;
             }
         }
     }
@@ -424,13 +436,13 @@ async fn tool(
 
 /// Starts the exec and follows it to its end, each event to `each`; `cancel` firing
 /// sends it SIGTERM (the owner follows with SIGKILL).
-async fn exec(
+async fn exec<Fut: std::future::Future<Output = ()>>(
     upstream: &RemoteUpstream,
     runner: &runner::Client,
     script: &str,
     options: &ExecOptions,
     cancel: CancellationToken,
-    each: impl FnMut(&Event),
+    each: impl FnMut(Event) -> Fut,
 ) -> anyhow::Result<ExecResult> {
     let mut request = runner.exec_request();
     exec_wire::write_request(script, options, request.get().init_request());

@@ -158,3 +158,35 @@ fn the_policy_bounds_the_tools_and_each_call_is_recorded() {
         ]
     );
 }
+
+#[test]
+fn calls_by_name_take_json_arguments_and_say_what_does_not_fit() {
+    let ws = workspace();
+    let tools = tools(&ws);
+    let listed = tools.call("ls", "{}", "agent").unwrap();
+    assert_eq!(listed, "blob.bin  13\nsrc/\n");
+    let read = tools
+        .call(
+            "read",
+            r#"{"path": "src/main.rs", "offset": 2, "limit": 1}"#,
+            "agent",
+        )
+        .unwrap();
+    assert!(
+        read.starts_with("     2\t    let x = 1;\n[lines 2 to 2 of 4"),
+        "{read}"
+    );
+    let unknown = tools.call("delete", "{}", "agent").unwrap_err().to_string();
+    assert_eq!(
+        unknown,
+        "delete: no such tool (the tools are read, write, edit, ls, find, grep)"
+    );
+    let content = "x".repeat(computer_runtimes::tools::ARGUMENTS_BYTES_MAX);
+    let huge = serde_json::json!({"path": "big.txt", "content": content}).to_string();
+    let err = tools.call("write", &huge, "agent").unwrap_err().to_string();
+    assert!(
+        err.contains("more than the 16 MiB a call may carry"),
+        "{err}"
+    );
+    assert!(!ws.fs().exists("/big.txt").unwrap(), "nothing was written");
+}

@@ -20,8 +20,9 @@ pub const EXEC: &str = "exec";
 /// The file tools [`Tools::call`] runs, in the order a host lists them.
 pub const FILE_TOOLS: [&str; 6] = [READ, WRITE, EDIT, LS, FIND, GREP];
 
-/// Bytes of JSON arguments one call may carry (a `write` of a large file included).
-pub const ARGUMENTS_BYTES_MAX: usize = 64 << 20;
+/// Bytes of JSON arguments one call may carry (a `write` of a large file included);
+/// larger files go in by `computerd fs write` or a command.
+pub const ARGUMENTS_BYTES_MAX: usize = 16 << 20;
 
 pub const READ_DESCRIPTION: &str = "Read a text file of the workspace. Lines come numbered \
 (`     7\\tcode`), at most 2000 per call; when more follow, a last line says which were \
@@ -177,7 +178,8 @@ impl Tools {
     pub fn call(&self, name: &str, arguments: &str, caller: &str) -> Result<String> {
         if arguments.len() > ARGUMENTS_BYTES_MAX {
             return Err(Error::Invalid(format!(
-                "{name}: arguments of {} bytes, more than the {} MiB a call may carry",
+                "{name}: arguments of {} bytes, more than the {} MiB a call may carry \
+                 (write a larger file with a command)",
                 arguments.len(),
                 ARGUMENTS_BYTES_MAX >> 20
             )));
