@@ -105,14 +105,21 @@ fn a_free_database_and_a_server_are_served_too() {
     let status = text(&computerd(["status"]).stdout);
     assert!(!status.contains(db), "{status}");
 
+    // A server runs every tool too: the file tools on its workspace, the Linux
+    // backend's commands over its replica.
     let server = common::Server::start();
     server.fs_ok(&["write", "/hello.txt"], b"hello\n");
     let token = server.token_file.to_str().unwrap();
     let out = client(
-        "discover",
+        "tools",
         &["--remote", &server.address, "--token-file", token],
     );
-    assert_eq!(text(&out.stdout), "discover: ok\n");
+    assert_eq!(text(&out.stdout), "tools: ok\n");
+    let written = server.fs_ok(
+        &["cat", "/hello.txt", "/from-linux.txt", "/from-js.txt"],
+        b"",
+    );
+    assert_eq!(text(&written), "hello, mcp\nmade\n42");
 }
 
 #[test]
