@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use computer_runtimes::tools::{self, ExecArgs, ToolSpec, Transcript, EXEC, FILE_TOOLS};
-use computer_runtimes::{Description, Event, ExecOptions, ExecResult};
+use computer_runtimes::{Description, Event, ExecOptions, ExecResult, KILL_GRACE};
 use computer_sync::exec_capnp::runner;
 use computer_sync::rpc::Address;
 use computer_sync::RemoteUpstream;
@@ -34,6 +34,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::Owner;
@@ -47,6 +48,9 @@ const EXEC_EVENTS_QUEUED: usize = 16;
 /// The longest JSON-RPC message read from the host, bytes: a call's arguments at their
 /// most and room for the rest. rmcp drops a longer line (with a line in the log).
 const MESSAGE_BYTES_MAX: usize = tools::ARGUMENTS_BYTES_MAX + (1 << 20);
+/// How long the end of the session waits for the commands it killed to end: SIGKILL
+/// follows SIGTERM after `KILL_GRACE`.
+const COMMANDS_STOP_WAIT: Duration = KILL_GRACE.saturating_add(Duration::from_secs(2));
 /// How long the end of the session waits for rmcp's stdin reader to let go.
 const STDIN_RELEASE_WAIT: Duration = Duration::from_millis(200);
 
@@ -86,8 +90,15 @@ pub fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => unreachable!("clap requires DB or --remote"),
     };
-    let served = Bridge::start(address, token)
-        .and_then(|(bridge, backends)| serve_stdio(McpServer::new(bridge, &backends)));
+    let served = Bridge::start(address, token).and_then(|(bridge, backends, connection)| {
+        let served = serve_stdio(McpServer::new(bridge, &backends));
+        // Every `Bridge` went with the session's runtime: the thread stops what still
+        // runs and ends.
+        if connection.join().is_err() {
+            tracing::warn!("the connection's thread panicked");
+        }
+        served
+    });
     if let Some(owner) = owner {
         owner.finish()?;
     }
@@ -295,17 +306,22 @@ enum Call {
 impl Bridge {
     /// Connects to the owner at `address` on a thread of its own; the backends its
     /// runner has.
-    fn start(address: Address, token: Vec<u8>) -> anyhow::Result<(Bridge, Vec<Description>)> {
+    /// The thread ends once every `Bridge` is gone, having stopped the commands still
+    /// running: join it before the process exits.
+    fn start(
+        address: Address,
+        token: Vec<u8>,
+    ) -> anyhow::Result<(Bridge, Vec<Description>, std::thread::JoinHandle<()>)> {
         let (calls, taken) = mpsc::unbounded_channel();
         let (ready, connected) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("mcp-owner".into())
             .spawn(move || hold_connection(&address, &token, ready, taken))
             .context("starting the connection's thread")?;
         let backends = connected
             .recv()
             .context("the connection's thread ended before it connected")??;
-        Ok((Bridge { calls }, backends))
+        Ok((Bridge { calls }, backends, thread))
     }
 
     async fn tool(&self, name: &str, arguments: String) -> Result<String, String> {
@@ -368,13 +384,35 @@ fn hold_connection(
                 return;
             }
         };
+        let mut running = Vec::new();
         while let Some(call) = calls.recv().await {
+            let cancel = match &call {
+                Call::Exec { cancel, .. } => Some(cancel.clone()),
+                Call::Tool { .. } => None,
+            };
             let (upstream, runner, address) = (upstream.clone(), runner.clone(), address.clone());
-            tokio::task::spawn_local(
-                async move { answer(&upstream, &runner, &address, call).await },
-            );
+            let task = tokio::task::spawn_local(async move {
+                answer(&upstream, &runner, &address, call).await;
+            });
+            running.retain(|(_, task): &(CancellationToken, JoinHandle<()>)| !task.is_finished());
+            running.extend(cancel.map(|cancel| (cancel, task)));
         }
+        stop_commands(running).await;
     });
+}
+
+/// The host is gone (it closed stdin, or a signal came): the commands it started and
+/// did not see end are killed, as if it had cancelled each, and followed to their end
+/// for a while so that the kill reaches them.
+async fn stop_commands(running: Vec<(CancellationToken, JoinHandle<()>)>) {
+    let (cancels, tasks): (Vec<_>, Vec<_>) = running.into_iter().unzip();
+    cancels.iter().for_each(CancellationToken::cancel);
+    if tokio::time::timeout(COMMANDS_STOP_WAIT, futures::future::join_all(tasks))
+        .await
+        .is_err()
+    {
+        tracing::warn!("commands of the MCP session still running after the kill");
+    }
 }
 
 async fn backends(upstream: &RemoteUpstream) -> anyhow::Result<(runner::Client, Vec<Description>)> {

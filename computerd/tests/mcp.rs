@@ -148,3 +148,66 @@ fn mistakes_in_the_arguments_are_said_before_any_session() {
         text(&out.stderr)
     );
 }
+
+/// A host that goes away (closes stdin, or stops the server with a signal) while a
+/// command runs does not leave the command running in the mount: the session kills it
+/// before it exits.
+#[test]
+fn a_host_that_leaves_takes_its_running_commands_with_it() {
+    leave_during_a_command(|stdin, _| drop(stdin));
+    leave_during_a_command(|_, pid| {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    });
+}
+
+fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
+    use std::io::{BufRead, Write};
+    let m = Mount::new();
+    let mut server = Command::new(BIN)
+        .args(["mcp", m.db.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}"#;
+    writeln!(stdin, "{initialize}").unwrap();
+    let mut answer = String::new();
+    stdout.read_line(&mut answer).unwrap();
+    assert!(answer.contains("\"computerd\""), "{answer}");
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    let exec = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"exec","arguments":{"command":"sleep 300; echo late > late.txt","backend":"linux"}}}"#;
+    writeln!(stdin, "{exec}").unwrap();
+    let started = common::wait_for(Duration::from_secs(60), || sleeping().then_some(()));
+    assert!(started.is_some(), "the command never started");
+    leave(stdin, server.id() as i32);
+    let exited = common::wait_exit(server.id() as i32, Duration::from_secs(60));
+    assert!(
+        matches!(exited, common::Exited::Status(status) if status.success()),
+        "the MCP server did not end cleanly once its host left"
+    );
+    let trail = text(&computerd(["audit", m.db.to_str().unwrap()]).stdout);
+    assert!(
+        trail.contains("cancelled 143  linux") && trail.contains("\"sleep 300; echo late"),
+        "{trail}"
+    );
+    assert!(!sleeping(), "the command's process is gone");
+}
+
+/// Whether a `sleep 300` runs on this machine (the sandbox's processes are visible
+/// from here).
+fn sleeping() -> bool {
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    processes.flatten().any(|process| {
+        std::fs::read(process.path().join("cmdline")).is_ok_and(|line| line == b"sleep\0300\0")
+    })
+}
