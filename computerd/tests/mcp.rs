@@ -208,6 +208,6 @@ fn sleeping() -> bool {
         return false;
     };
     processes.flatten().any(|process| {
-        std::fs::read(process.path().join("cmdline")).is_ok_and(|line| line == b"sleep\0300\0")
+        std::fs::read(process.path().join("cmdline")).is_ok_and(|line| line == b"sleep\x00300\x00")
     })
 }
