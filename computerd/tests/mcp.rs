@@ -164,15 +164,17 @@ fn a_host_that_leaves_takes_its_running_commands_with_it() {
 fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
     use std::io::{BufRead, Write};
     let m = Mount::new();
-    let mut server = Command::new(BIN)
-        .args(["mcp", m.db.to_str().unwrap()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = server.stdin.take().unwrap();
-    let mut stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut server = Session(
+        Command::new(BIN)
+            .args(["mcp", m.db.to_str().unwrap()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = server.0.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(server.0.stdout.take().unwrap());
     let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}"#;
     writeln!(stdin, "{initialize}").unwrap();
     let mut answer = String::new();
@@ -187,10 +189,10 @@ fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
     writeln!(stdin, "{exec}").unwrap();
     let started = common::wait_for(Duration::from_secs(60), || sleeping().then_some(()));
     assert!(started.is_some(), "the command never started");
-    leave(stdin, server.id() as i32);
-    let exited = common::wait_exit(server.id() as i32, Duration::from_secs(60));
+    leave(stdin, server.0.id() as i32);
+    let exited = common::wait_for(Duration::from_secs(60), || server.0.try_wait().unwrap());
     assert!(
-        matches!(exited, common::Exited::Status(status) if status.success()),
+        exited.is_some_and(|(status, _)| status.success()),
         "the MCP server did not end cleanly once its host left"
     );
     let trail = text(&computerd(["audit", m.db.to_str().unwrap()]).stdout);
@@ -199,6 +201,16 @@ fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
         "{trail}"
     );
     assert!(!sleeping(), "the command's process is gone");
+}
+
+/// An MCP server started by the test, killed if the test ends before it did.
+struct Session(std::process::Child);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Whether a `sleep 300` runs on this machine (the sandbox's processes are visible
