@@ -271,7 +271,7 @@ impl Backend for LinuxBackend {
         Description {
             id: LINUX_BACKEND_ID.into(),
             summary: "a Linux sandbox (namespaces, by bubblewrap) with the host's programs".into(),
-            runs: "any program installed on the host, by `sh -c`".into(),
+            runs: "any program installed on the host, by `bash -c`".into(),
             touches: format!("the workspace at {SANDBOX_WORKSPACE}, a private /tmp, {network}"),
         }
     }

@@ -63,7 +63,7 @@ async def files(s) -> None:
 async def execs(s) -> None:
     linux = await call(s, "exec", {"command": "wc -l < src/app.py; echo made > from-linux.txt",
                                    "backend": "linux"})
-    assert linux.startswith("exit 0 (completed) on linux in "), linux
+    assert linux.startswith("exit 0 (completed) on linux (asked for by the caller) in "), linux
     assert "sync: complete" in linux and "--- stdout ---\n3\n" in linux, linux
 
     shell = await call(s, "exec", {"command": "cat from-linux.txt; echo shell > from-shell.txt",
@@ -79,10 +79,10 @@ async def execs(s) -> None:
     assert 'value: {"doubled":42,"shell":"shell\\n"}' in js, js
 
     auto = await call(s, "exec", {"command": "cat from-js.txt", "backend": "auto"})
-    assert auto.startswith("exit 0 (completed) on shell") and "--- stdout ---\n42" in auto, auto
+    assert auto.startswith("exit 0 (completed) on shell (auto: shell can run every") and "--- stdout ---\n42" in auto, auto
     git = await call(s, "exec", {"command": "git --version >/dev/null && echo has-git",
                                  "backend": "auto"})
-    assert " on linux " in git and "has-git" in git, git
+    assert " on linux (auto: escalated to linux (not shell: " in git and "has-git" in git, git
 
     failed = await call(s, "exec", {"command": "echo oops >&2; exit 3", "backend": "shell"})
     assert failed.startswith("exit 3 (failed)") and "--- stderr ---\noops\n" in failed, failed

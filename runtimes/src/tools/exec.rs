@@ -136,11 +136,15 @@ impl Transcript {
         }
     }
 
-    /// What a model reads: one line of how it ended, the value of a callable backend,
-    /// then each stream that printed anything.
+    /// What a model reads: one line of how it ended (the backend that ran it and why),
+    /// the value of a callable backend, then each stream that printed anything.
     pub fn answer(&self, result: &ExecResult) -> String {
+        let why = match result.reason.as_str() {
+            "" => String::new(),
+            reason => format!(" ({reason})"),
+        };
         let mut text = format!(
-            "exit {} ({}) on {} in {} ms; sync: {}\n",
+            "exit {} ({}) on {}{why} in {} ms; sync: {}\n",
             result.exit_code,
             status_name(result.status),
             result.backend,
@@ -190,7 +194,7 @@ mod tests {
             exit_code: 0,
             duration: Duration::from_millis(7),
             backend: "shell".into(),
-            reason: String::new(),
+            reason: "asked for by the caller".into(),
             sync: SyncOutcome::Complete,
             error: None,
             value: value.map(str::to_owned),
@@ -210,7 +214,7 @@ mod tests {
         let answer = transcript.answer(&result(None));
         assert!(
             answer.starts_with(
-                "exit 0 (completed) on shell in 7 ms; sync: complete\n--- stdout ---\nfirst line\n"
+                "exit 0 (completed) on shell (asked for by the caller) in 7 ms; sync: complete\n--- stdout ---\nfirst line\n"
             ),
             "{}",
             &answer[..200]
@@ -227,7 +231,7 @@ mod tests {
         let answer = Transcript::default().answer(&result(Some("{\"n\":3}")));
         assert_eq!(
             answer,
-            "exit 0 (completed) on shell in 7 ms; sync: complete\nvalue: {\"n\":3}\n"
+            "exit 0 (completed) on shell (asked for by the caller) in 7 ms; sync: complete\nvalue: {\"n\":3}\n"
         );
         let args: ExecArgs = serde_json::from_str(
             r#"{"command": "export default (x) => x", "backend": "js", "input": "hi"}"#,
