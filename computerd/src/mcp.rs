@@ -429,7 +429,17 @@ async fn backends(upstream: &RemoteUpstream) -> anyhow::Result<(runner::Client, 
 }
 
 async fn answer(upstream: &RemoteUpstream, runner: &runner::Client, address: &Address, call: Call) {
-    let said = |err| crate::exec::owner_call_error(address, err).to_string();
+    let said = |err: anyhow::Error| {
+        let lost = matches!(
+            err.downcast_ref::<computer_sync::Error>(),
+            Some(computer_sync::Error::Disconnected { .. })
+        );
+        let said = crate::exec::owner_call_error(address, err);
+        match lost {
+            true => format!("{said}; the workspace's owner is gone (unmounted or stopped): start the MCP server again"),
+            false => said.to_string(),
+        }
+    };
     match call {
         Call::Tool {
             name,

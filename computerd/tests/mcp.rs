@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -162,29 +163,8 @@ fn a_host_that_leaves_takes_its_running_commands_with_it() {
 }
 
 fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
-    use std::io::{BufRead, Write};
     let m = Mount::new();
-    let mut server = Session(
-        Command::new(BIN)
-            .args(["mcp", m.db.to_str().unwrap()])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut stdin = server.0.stdin.take().unwrap();
-    let mut stdout = std::io::BufReader::new(server.0.stdout.take().unwrap());
-    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}"#;
-    writeln!(stdin, "{initialize}").unwrap();
-    let mut answer = String::new();
-    stdout.read_line(&mut answer).unwrap();
-    assert!(answer.contains("\"computerd\""), "{answer}");
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-    )
-    .unwrap();
+    let (mut server, mut stdin, _stdout) = Session::start(&m.db);
     let exec = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"exec","arguments":{"command":"sleep 300; echo late > late.txt","backend":"linux"}}}"#;
     writeln!(stdin, "{exec}").unwrap();
     let started = common::wait_for(Duration::from_secs(60), || sleeping().then_some(()));
@@ -203,14 +183,62 @@ fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
     assert!(!sleeping(), "the command's process is gone");
 }
 
-/// An MCP server started by the test, killed if the test ends before it did.
+/// An MCP server started by the test and spoken to in JSON-RPC lines, killed if the
+/// test ends before it did.
 struct Session(std::process::Child);
+
+impl Session {
+    /// `computerd mcp DB`, past the handshake: the session, its stdin and its stdout.
+    fn start(db: &Path) -> (Session, std::process::ChildStdin, impl BufRead) {
+        let mut server = Session(
+            Command::new(BIN)
+                .arg("mcp")
+                .arg(db)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let mut stdin = server.0.stdin.take().unwrap();
+        let mut stdout = std::io::BufReader::new(server.0.stdout.take().unwrap());
+        let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}"#;
+        writeln!(stdin, "{initialize}").unwrap();
+        let mut answer = String::new();
+        stdout.read_line(&mut answer).unwrap();
+        assert!(answer.contains("\"computerd\""), "{answer}");
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        writeln!(stdin, "{initialized}").unwrap();
+        (server, stdin, stdout)
+    }
+}
 
 impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A session whose owner went away (the mount was unmounted) says so on every call,
+/// and what to do.
+#[test]
+fn a_session_whose_owner_is_gone_says_what_to_do() {
+    let mut m = Mount::new();
+    let (_server, mut stdin, mut stdout) = Session::start(&m.db);
+    m.unmount();
+    let ls =
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ls","arguments":{}}}"#;
+    writeln!(stdin, "{ls}").unwrap();
+    let mut answer = String::new();
+    stdout.read_line(&mut answer).unwrap();
+    assert!(
+        answer.contains("\"isError\":true")
+            && answer.contains(
+                "the workspace's owner is gone (unmounted or stopped): start the MCP server again"
+            ),
+        "{answer}"
+    );
 }
 
 /// Whether a `sleep 300` runs on this machine (the sandbox's processes are visible
