@@ -764,6 +764,7 @@ fn private_dir() -> anyhow::Result<PathBuf> {
 /// process that had our pid before left one (it may hold a cache not yet pushed).
 pub(crate) fn private_dir_named(prefix: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::DirBuilderExt;
+    sweep_leftovers(&std::env::temp_dir(), prefix);
     let base = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     let mut dir = base.clone();
     for n in 1..=PRIVATE_DIR_TRIES {
@@ -787,6 +788,32 @@ pub(crate) fn private_dir_named(prefix: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Removes the private directories of `prefix` in `parent` that a process killed
+/// before its own cleanup left behind: its pid is gone, and they hold nothing but an
+/// empty mount point. Anything more (a replica cache with changes not pushed yet, a
+/// mount still there) fails to be removed and stays, for a person to look at.
+fn sweep_leftovers(parent: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(prefix)?.strip_prefix('-'))
+            .and_then(|rest| rest.split('.').next()?.parse::<u32>().ok());
+        let Some(pid) = pid else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        // Each fails, harmlessly, on a directory that is not empty or is mounted on.
+        let _ = std::fs::remove_dir(entry.path().join("workspace"));
+        let _ = std::fs::remove_dir(entry.path());
+    }
+}
+
 /// Runs a computerd child that prints a pid on success (`--daemon`), without letting
 /// that into the command's output.
 pub(crate) fn run_quietly(command: &mut Command, what: &str) -> anyhow::Result<()> {
@@ -804,6 +831,28 @@ pub(crate) fn run_quietly(command: &mut Command, what: &str) -> anyhow::Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_empty_leftovers_of_dead_processes_are_swept() {
+        let parent = tempfile::tempdir().unwrap();
+        // Past any pid_max (2^22): no such process.
+        let dead = parent.path().join("computerd-serve-99999999");
+        let dead_retry = parent.path().join("computerd-serve-99999999.2");
+        let keeps_a_cache = parent.path().join("computerd-serve-99999998");
+        let alive = parent
+            .path()
+            .join(format!("computerd-serve-{}", std::process::id()));
+        let other = parent.path().join("computerd-exec-99999999");
+        for dir in [&dead, &dead_retry, &keeps_a_cache, &alive, &other] {
+            std::fs::create_dir_all(dir.join("workspace")).unwrap();
+        }
+        std::fs::write(keeps_a_cache.join("replica.db"), b"changes").unwrap();
+        sweep_leftovers(parent.path(), "computerd-serve");
+        assert!(!dead.exists() && !dead_retry.exists());
+        assert!(keeps_a_cache.join("replica.db").exists());
+        assert!(alive.join("workspace").exists());
+        assert!(other.exists(), "another prefix is not this sweep's");
+    }
 
     #[test]
     fn variables_and_timeouts_parse() {
