@@ -74,7 +74,7 @@ impl Tools {
     }
 
     /// These tools, their calls recorded as `caller`'s.
-    pub fn for_caller(&self, caller: &str) -> Tools {
+    fn for_caller(&self, caller: &str) -> Tools {
         Tools {
             caller: caller.to_owned(),
             ..self.clone()
