@@ -12,11 +12,12 @@
 //!
 //! Caching: this daemon is the only writer of a mounted workspace, so the kernel may keep
 //! entries, attributes (one hour), page cache across opens (`FOPEN_KEEP_CACHE`) and
-//! directory listings (`FOPEN_CACHE_DIR`), and write back dirty pages in large requests
-//! (`FUSE_WRITEBACK_CACHE`); a read-only open is closed without a FLUSH
-//! (`FOPEN_NOFLUSH`). Changes by other routes (a replica's pull, file commands sent to
-//! this owner) are followed by invalidations (`replica::KernelCache`). docs/SEMANTICS.md
-//! says what that means for someone changing the database behind a mount.
+//! directory listings (directories are opened without OPENDIR: see `opendir`), and
+//! write back dirty pages in large requests (`FUSE_WRITEBACK_CACHE`); a read-only open
+//! is closed without a FLUSH (`FOPEN_NOFLUSH`). Changes by other routes (a replica's
+//! pull, file commands sent to this owner) are followed by invalidations
+//! (`replica::KernelCache`). docs/SEMANTICS.md says what that means for someone
+//! changing the database behind a mount.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -77,6 +78,9 @@ pub struct WorkspaceFs {
     /// The session's channel for telling the kernel to forget what it cached, set once
     /// the session runs.
     notifier: Arc<OnceLock<Notifier>>,
+    /// The kernel opens directories without asking once OPENDIR answers ENOSYS (it said
+    /// so in INIT: `FUSE_NO_OPENDIR_SUPPORT`); see `opendir`.
+    opendir_skipped: bool,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -134,6 +138,7 @@ impl WorkspaceFs {
             protected_hardlinks: protected_hardlinks(),
             polling,
             notifier,
+            opendir_skipped: false,
         }
     }
 
@@ -511,6 +516,22 @@ impl WorkspaceFs {
         Ok(())
     }
 
+    /// Whether the caller may read the listing of `dir` (the store's rule for opening a
+    /// directory, asked here since the kernel no longer sends OPENDIR).
+    fn check_listing(&self, req: &Request, dir: InodeNo) -> computer_vfs::Result<()> {
+        let process = RequestProcess::of(req);
+        self.ws.opendir(self.caller(req, &process), dir).map(drop)
+    }
+
+    /// After a directory's mode or owner changed, the kernel drops the listing it keeps,
+    /// so that the next one is read from the daemon and checked against the new
+    /// permissions.
+    fn forget_listing(&self, dir: INodeNo) {
+        if let Some(notifier) = self.notifier.get() {
+            let _ = notifier.inval_inode(dir, 0, 0);
+        }
+    }
+
     fn open_flags(&self, flags: i32) -> OpenFlags {
         let mut flags = OpenFlags::from_libc(flags);
         // With writeback caching the kernel computes append offsets itself.
@@ -601,6 +622,7 @@ impl Filesystem for WorkspaceFs {
                 tracing::info!("kernel does not offer {flag:?}");
             }
         }
+        self.opendir_skipped = (config.capabilities()).contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         // Passthrough and the writeback cache exclude each other (the kernel refuses
         // backing files once writeback is negotiated); passthrough wins where offered.
         let writable = !self.config.read_only;
@@ -698,7 +720,12 @@ impl Filesystem for WorkspaceFs {
         let result = self
             .ws
             .setattr(self.caller(req, &process), ino(inode), &changes);
-        reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)))
+        let permissions_changed = changes.perm.is_some() || uid.is_some() || gid.is_some();
+        let listing_stale = permissions_changed && matches!(&result, Ok(attr) if attr.is_dir());
+        reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)));
+        if listing_stale {
+            self.forget_listing(inode);
+        }
     }
 
     fn readlink(&self, _req: &Request, inode: INodeNo, reply: ReplyData) {
@@ -964,20 +991,28 @@ impl Filesystem for WorkspaceFs {
         reply.answer(self.ws.fsync(fh(handle), datasync), |reply, ()| reply.ok())
     }
 
+    /// Answered ENOSYS where the kernel can take it, so that it opens every directory of
+    /// this connection without asking (`no_opendir`): a walk over a tree the kernel has
+    /// cached (`find`, `git status`) then costs no round trip per directory. The kernel
+    /// keeps each listing (`FOPEN_CACHE_DIR`, its default for such a connection); it
+    /// drops one itself when a request through this mount changes the directory, and is
+    /// told to when another route does (`replica::KernelCache`) or the directory's mode
+    /// or owner changes (`setattr`). The read permission a listing needs is checked when
+    /// the listing is read from the daemon (`check_listing`), and here too for a kernel
+    /// that keeps asking.
     fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("opendir");
-        let process = RequestProcess::of(req);
-        let result = self.ws.opendir(self.caller(req, &process), ino(inode));
-        // The kernel may keep the listing in the directory's page cache: it drops it
-        // itself when a request through this mount changes the directory, and is told
-        // to when another route does (`replica::KernelCache`).
+        if self.opendir_skipped {
+            return reply.error(Errno::ENOSYS);
+        }
         let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-        reply.answer(result, |reply, _| reply.opened(FileHandle(0), cached))
+        let result = self.check_listing(req, ino(inode));
+        reply.answer(result, |reply, ()| reply.opened(FileHandle(0), cached))
     }
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         inode: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -985,6 +1020,9 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("readdir");
         let dir = ino(inode);
+        if let Err(err) = self.check_listing(req, dir) {
+            return reply.error(errno(&err));
+        }
         if offset < 1 && reply.add(inode, 1, FileType::Directory, ".") {
             return reply.ok();
         }
@@ -1017,7 +1055,7 @@ impl Filesystem for WorkspaceFs {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         inode: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1025,6 +1063,9 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("readdirplus");
         let dir = ino(inode);
+        if let Err(err) = self.check_listing(req, dir) {
+            return reply.error(errno(&err));
+        }
         if offset < 2 {
             // The kernel makes no dentries for `.` and `..`: their attributes are unused.
             let this = match self.ws.getattr(dir) {

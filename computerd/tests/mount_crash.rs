@@ -301,14 +301,16 @@ impl Drop for WriterGuard {
     }
 }
 
-/// The mount point of a killed daemon answers ENOTCONN (to requests that reach the
-/// daemon: listing, statfs; a `stat` may be answered from cached attributes).
+/// The mount point of a killed daemon answers ENOTCONN to requests that reach the
+/// daemon (a new name, statfs); a `stat` and a listing may be answered from the
+/// kernel's caches, and opening a directory never asks the daemon.
 fn assert_stale(m: &Mount) {
-    let err = std::fs::read_dir(&m.mnt).expect_err("a dead mount lists its root");
+    let err = std::fs::File::create(m.mnt.join("probe-of-a-dead-mount"))
+        .expect_err("a dead mount creates a file");
     assert_eq!(
         err.raw_os_error(),
         Some(libc::ENOTCONN),
-        "listing the dead mount: {err}"
+        "creating a file in the dead mount: {err}"
     );
     let path = std::ffi::CString::new(m.mnt.to_str().unwrap()).unwrap();
     // SAFETY: valid path and output buffer.

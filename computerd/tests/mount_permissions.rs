@@ -102,6 +102,23 @@ fn a_mount_only_root_reaches_is_checked_by_the_daemon() {
     refused(&m, WEAK_ROOT, "chown 0 theirs", "Operation not permitted");
     refused(&m, WEAK_ROOT, "test -r theirs", "");
     refused(&m, WEAK_ROOT, "cd closed", "Permission denied");
+    // Listing needs read permission, asked when the listing comes from the daemon: the
+    // kernel opens directories without asking it, and forgets the listing it kept when
+    // a directory's mode or owner changes.
+    refused(&m, WEAK_ROOT, "ls closed", "Permission denied");
+    ok(
+        &m,
+        WEAK_ROOT,
+        "mkdir listed && touch listed/f && chmod 700 listed",
+    );
+    assert_eq!(ok(&m, WEAK_ROOT, "ls listed"), "f\n");
+    m.sh("chown 1000 listed");
+    refused(&m, WEAK_ROOT, "ls listed", "Permission denied");
+    m.sh("chown 0 listed && ls listed > /dev/null");
+    assert_eq!(ok(&m, WEAK_ROOT, "ls listed"), "f\n");
+    m.sh("chmod 000 listed");
+    refused(&m, WEAK_ROOT, "ls listed", "Permission denied");
+    m.sh("chmod 755 listed");
     // execve asks for execute permission, not read (the kernel's FMODE_EXEC in the
     // open flags says which): a program others may only execute runs, one they may
     // only read does not.

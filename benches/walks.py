@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Warm tree walks, with several computerd builds and the host's ext4 in one loop.
+
+Each target gets the same tree: 10,000 files of about 1.5 KB in 100 directories and a
+clone of a local git repository whose index is settled (no racily clean entries, so
+`git status` reads no file). Then, in rounds that alternate the targets, every command
+runs once per target after one untimed run: `find -type f`, `ls -R`, `du -s` over the
+tree and `git status --porcelain` in the clone. Reports the median and the minimum
+wall time of each command on each target, and the ratio of medians to ext4. Alternating
+in one loop keeps the noise of a shared machine out of the ratios.
+
+    python3 benches/walks.py --computerd after=target/release/computerd
+                             [--computerd before=/tmp/computerd-old] [--rounds 30]
+                             [--repo .] [--work DIR]
+
+Run it as root, like the other mount benchmarks: a daemon not run by root mounts with
+`default_permissions`, which changes what the kernel asks.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+COMMANDS = {
+    "find -type f": ["find", "tree", "-type", "f"],
+    "ls -R": ["ls", "-R", "tree"],
+    "du -s": ["du", "-s", "tree"],
+    "git status": ["git", "-C", "repo", "status", "--porcelain"],
+}
+
+
+def make_tree(root):
+    for d in range(100):
+        os.mkdir(os.path.join(root, f"d{d:03}"))
+        for f in range(100):
+            with open(os.path.join(root, f"d{d:03}", f"f{f:03}.txt"), "w") as out:
+                for line in range(30):
+                    out.write(f"line {line} of file {f} in directory {d}: {d * f * line:x}\n")
+
+
+def settled_clone(source, dest):
+    subprocess.run(["git", "clone", "-q", source, dest], check=True)
+    # Entries whose mtime is not older than the index are re-read by every status
+    # until the index is written again later: wait, then let status rewrite it.
+    time.sleep(1.1)
+    subprocess.run(["git", "-C", dest, "status", "--porcelain"], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def prepare(directory, source):
+    os.makedirs(os.path.join(directory, "tree"))
+    make_tree(os.path.join(directory, "tree"))
+    settled_clone(source, os.path.join(directory, "repo"))
+
+
+def mount(binary, work, name):
+    db = os.path.join(work, f"{name}.db")
+    mnt = os.path.join(work, name)
+    subprocess.run([binary, "mount", db, mnt, "--daemon", "-q"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return mnt
+
+
+def time_once(argv, cwd):
+    started = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - started) * 1000
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--computerd", action="append", required=True,
+                        metavar="NAME=BIN", help="a computerd binary to mount (repeatable)")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--repo", default=os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), help="the git repository to clone")
+    parser.add_argument("--work", help="where the targets go (default: a temp dir)")
+    args = parser.parse_args()
+
+    work = args.work or tempfile.mkdtemp(prefix="walks.")
+    targets = {"ext4": os.path.join(work, "ext4")}
+    mounted = []
+    try:
+        os.makedirs(targets["ext4"])
+        for spec in args.computerd:
+            name, _, binary = spec.partition("=")
+            targets[name] = mount(binary, work, name)
+            mounted.append(targets[name])
+        for directory in targets.values():
+            prepare(directory, args.repo)
+        times = {(t, c): [] for t in targets for c in COMMANDS}
+        for target, directory in targets.items():
+            for command, argv in COMMANDS.items():
+                time_once(argv, directory)
+        for _ in range(args.rounds):
+            for command, argv in COMMANDS.items():
+                for target, directory in targets.items():
+                    times[(target, command)].append(time_once(argv, directory))
+        report(targets, times, args.rounds)
+    finally:
+        for mnt in mounted:
+            subprocess.run(["umount", mnt], check=False)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(targets, times, rounds):
+    print(f"median (min) ms of {rounds} rounds; ratio of medians to ext4")
+    print("| command | " + " | ".join(targets) + " |")
+    print("|---|" + "---:|" * len(targets))
+    for command in COMMANDS:
+        base = statistics.median(times[("ext4", command)])
+        cells = []
+        for target in targets:
+            runs = times[(target, command)]
+            median = statistics.median(runs)
+            ratio = "" if target == "ext4" else f" x{median / base:.2f}"
+            cells.append(f"{median:.2f} ({min(runs):.2f}){ratio}")
+        print(f"| {command} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
