@@ -7,11 +7,12 @@ clone of a local git repository whose index is settled (no racily clean entries,
 runs once per target after one untimed run: `find -type f`, `ls -R`, `du -s` over the
 tree and `git status --porcelain` in the clone. Reports the median and the minimum
 wall time of each command on each target, and the ratio of medians to ext4. Alternating
-in one loop keeps the noise of a shared machine out of the ratios.
+in one loop keeps the noise of a shared machine out of the ratios. With `--cold`, the
+kernel's caches are dropped before every timed run (the daemons keep theirs).
 
     python3 benches/walks.py --computerd after=target/release/computerd
                              [--computerd before=/tmp/computerd-old] [--rounds 30]
-                             [--repo .] [--work DIR]
+                             [--cold] [--repo .] [--work DIR]
 
 Run it as root, like the other mount benchmarks: a daemon not run by root mounts with
 `default_permissions`, which changes what the kernel asks.
@@ -66,7 +67,15 @@ def mount(binary, work, name):
     return mnt
 
 
-def time_once(argv, cwd):
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as caches:
+        caches.write("3\n")
+
+
+def time_once(argv, cwd, cold=False):
+    if cold:
+        drop_caches()
     started = time.perf_counter()
     subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
     return (time.perf_counter() - started) * 1000
@@ -77,6 +86,8 @@ def main():
     parser.add_argument("--computerd", action="append", required=True,
                         metavar="NAME=BIN", help="a computerd binary to mount (repeatable)")
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--cold", action="store_true",
+                        help="drop the kernel's caches before every timed run")
     parser.add_argument("--repo", default=os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), help="the git repository to clone")
     parser.add_argument("--work", help="where the targets go (default: a temp dir)")
@@ -100,8 +111,8 @@ def main():
         for _ in range(args.rounds):
             for command, argv in COMMANDS.items():
                 for target, directory in targets.items():
-                    times[(target, command)].append(time_once(argv, directory))
-        report(targets, times, args.rounds)
+                    times[(target, command)].append(time_once(argv, directory, args.cold))
+        report(targets, times, args.rounds, args.cold)
     finally:
         for mnt in mounted:
             subprocess.run(["umount", mnt], check=False)
@@ -109,8 +120,9 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report(targets, times, rounds):
-    print(f"median (min) ms of {rounds} rounds; ratio of medians to ext4")
+def report(targets, times, rounds, cold):
+    caches = "cold" if cold else "warm"
+    print(f"{caches}: median (min) ms of {rounds} rounds; ratio of medians to ext4")
     print("| command | " + " | ".join(targets) + " |")
     print("|---|" + "---:|" * len(targets))
     for command in COMMANDS:

@@ -285,8 +285,11 @@ fn reads(paths: &FixturePaths) -> Vec<Scenario> {
     let ls = "for i in $(seq 1 10); do ls -l big > /dev/null; done";
     let status = "git -C r status --porcelain > /dev/null";
     let big_dir = "mkdir big && for i in $(seq 1 1000); do echo $i > big/f$i; done";
+    // "Index refreshed": files written in the same second as the index are racily
+    // clean, and every status reads them again until the index is written later; so
+    // wait a second and let one status rewrite it, as an agent's clone soon is.
     let clone = format!(
-        "git clone -q {} r",
+        "git clone -q {} r; sleep 1.1; {status}",
         crate::fsbench::exec::shell_quote(&format!("file://{}", paths.git_repo.display()))
     );
     let mut v = Vec::new();
