@@ -516,11 +516,11 @@ impl WorkspaceFs {
         Ok(())
     }
 
-    /// Whether the caller may read the listing of `dir` (the store's rule for opening a
-    /// directory, asked here since the kernel no longer sends OPENDIR).
-    fn check_listing(&self, req: &Request, dir: InodeNo) -> computer_vfs::Result<()> {
+    /// The attributes of `dir` if the caller may read its listing (the store's rule for
+    /// opening a directory, asked here since the kernel no longer sends OPENDIR).
+    fn check_listing(&self, req: &Request, dir: InodeNo) -> computer_vfs::Result<Attr> {
         let process = RequestProcess::of(req);
-        self.ws.opendir(self.caller(req, &process), dir).map(drop)
+        self.ws.opendir(self.caller(req, &process), dir)
     }
 
     /// After a directory's mode or owner changed, the kernel drops the listing it keeps,
@@ -622,7 +622,9 @@ impl Filesystem for WorkspaceFs {
                 tracing::info!("kernel does not offer {flag:?}");
             }
         }
-        self.opendir_skipped = (config.capabilities()).contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.opendir_skipped = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         // Passthrough and the writeback cache exclude each other (the kernel refuses
         // backing files once writeback is negotiated); passthrough wins where offered.
         let writable = !self.config.read_only;
@@ -720,7 +722,8 @@ impl Filesystem for WorkspaceFs {
         let result = self
             .ws
             .setattr(self.caller(req, &process), ino(inode), &changes);
-        let permissions_changed = changes.perm.is_some() || uid.is_some() || gid.is_some();
+        let permissions_changed =
+            changes.perm.is_some() || changes.uid.is_some() || changes.gid.is_some();
         let listing_stale = permissions_changed && matches!(&result, Ok(attr) if attr.is_dir());
         reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)));
         if listing_stale {
@@ -1007,7 +1010,7 @@ impl Filesystem for WorkspaceFs {
         }
         let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
         let result = self.check_listing(req, ino(inode));
-        reply.answer(result, |reply, ()| reply.opened(FileHandle(0), cached))
+        reply.answer(result, |reply, _| reply.opened(FileHandle(0), cached))
     }
 
     fn readdir(
@@ -1063,15 +1066,13 @@ impl Filesystem for WorkspaceFs {
     ) {
         let _timer = self.timer("readdirplus");
         let dir = ino(inode);
-        if let Err(err) = self.check_listing(req, dir) {
-            return reply.error(errno(&err));
-        }
+        let dir_attr = match self.check_listing(req, dir) {
+            Ok(attr) => attr,
+            Err(err) => return reply.error(errno(&err)),
+        };
         if offset < 2 {
             // The kernel makes no dentries for `.` and `..`: their attributes are unused.
-            let this = match self.ws.getattr(dir) {
-                Ok(attr) => file_attr(&attr),
-                Err(err) => return reply.error(errno(&err)),
-            };
+            let this = file_attr(&dir_attr);
             if offset < 1 && reply.add(inode, 1, ".", &TTL, &this, Generation(0)) {
                 return reply.ok();
             }
