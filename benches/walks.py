@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Warm tree walks, with several computerd builds and the host's ext4 in one loop.
 
-Each target gets the same tree: 10,000 files of about 1.5 KB in 100 directories and a
-clone of a local git repository whose index is settled (no racily clean entries, so
-`git status` reads no file). Then, in rounds that alternate the targets, every command
+Each target gets the same tree, shaped as fsbench's reads tree (10,000 files of about
+1.5 KB in 100 directories), and a clone of a local git repository whose index is
+settled (no racily clean entries, so `git status` reads no file). Then, in rounds that alternate the targets, every command
 runs once per target after one untimed run: `find -type f`, `ls -R`, `du -s` over the
 tree and `git status --porcelain` in the clone. Reports the median and the minimum
 wall time of each command on each target, and the ratio of medians to ext4. Alternating
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from scale import drop_caches
 
 COMMANDS = {
     "find -type f": ["find", "tree", "-type", "f"],
@@ -65,12 +67,6 @@ def mount(binary, work, name):
     subprocess.run([binary, "mount", db, mnt, "--daemon", "-q"], check=True,
                    stdout=subprocess.DEVNULL)
     return mnt
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as caches:
-        caches.write("3\n")
 
 
 def time_once(argv, cwd, cold=False):
