@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::pseudo_random;
+use common::{pseudo_random, KillOnDrop};
 
 struct Run {
     code: i32,
@@ -769,16 +769,6 @@ fn json_outputs_are_json_with_the_fields_scripts_read() {
             "{args:?} printed {out}\n{}",
             String::from_utf8_lossy(&result.stderr)
         );
-    }
-}
-
-/// Kills the child on drop, so a failing test leaves no importer running.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{computerd, describe_failure, run_cmd, text, Mount, BIN};
+use common::{computerd, describe_failure, run_cmd, text, KillOnDrop, Mount, BIN};
 
 /// The longest one client scenario may take.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(180);
@@ -164,7 +164,7 @@ fn a_host_that_leaves_takes_its_running_commands_with_it() {
 
 fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
     let m = Mount::new();
-    let (mut server, mut stdin, _stdout) = Session::start(&m.db);
+    let (mut server, mut stdin, _stdout) = start_session(&m.db);
     let exec = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"exec","arguments":{"command":"sleep 300; echo late > late.txt","backend":"linux"}}}"#;
     writeln!(stdin, "{exec}").unwrap();
     let started = common::wait_for(Duration::from_secs(60), || sleeping().then_some(()));
@@ -183,41 +183,29 @@ fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
     assert!(!sleeping(), "the command's process is gone");
 }
 
-/// An MCP server started by the test and spoken to in JSON-RPC lines, killed if the
-/// test ends before it did.
-struct Session(std::process::Child);
-
-impl Session {
-    /// `computerd mcp DB`, past the handshake: the session, its stdin and its stdout.
-    fn start(db: &Path) -> (Session, std::process::ChildStdin, impl BufRead) {
-        let mut server = Session(
-            Command::new(BIN)
-                .arg("mcp")
-                .arg(db)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let mut stdin = server.0.stdin.take().unwrap();
-        let mut stdout = std::io::BufReader::new(server.0.stdout.take().unwrap());
-        let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}"#;
-        writeln!(stdin, "{initialize}").unwrap();
-        let mut answer = String::new();
-        stdout.read_line(&mut answer).unwrap();
-        assert!(answer.contains("\"computerd\""), "{answer}");
-        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        writeln!(stdin, "{initialized}").unwrap();
-        (server, stdin, stdout)
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// `computerd mcp DB`, spoken to in JSON-RPC lines, past the handshake: the server
+/// (killed if the test ends before it did), its stdin and its stdout.
+fn start_session(db: &Path) -> (KillOnDrop, std::process::ChildStdin, impl BufRead) {
+    let mut server = KillOnDrop(
+        Command::new(BIN)
+            .arg("mcp")
+            .arg(db)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = server.0.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(server.0.stdout.take().unwrap());
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}"#;
+    writeln!(stdin, "{initialize}").unwrap();
+    let mut answer = String::new();
+    stdout.read_line(&mut answer).unwrap();
+    assert!(answer.contains("\"computerd\""), "{answer}");
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    writeln!(stdin, "{initialized}").unwrap();
+    (server, stdin, stdout)
 }
 
 /// A session whose owner went away (the mount was unmounted) says so on every call,
@@ -225,7 +213,7 @@ impl Drop for Session {
 #[test]
 fn a_session_whose_owner_is_gone_says_what_to_do() {
     let mut m = Mount::new();
-    let (_server, mut stdin, mut stdout) = Session::start(&m.db);
+    let (_server, mut stdin, mut stdout) = start_session(&m.db);
     m.unmount();
     let ls =
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ls","arguments":{}}}"#;

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::Mount;
+use common::{KillOnDrop, Mount};
 
 /// Writes f000000, f000001, ... forever; every 10th file is fsync'd and its name printed
 /// once the fsync returned. Content depends only on the file number. Around that, churn:
@@ -204,7 +204,7 @@ fn kill_daemon_while_running(
     args: &[&str],
     wanted: usize,
 ) -> Vec<String> {
-    let mut writer = WriterGuard(
+    let mut writer = KillOnDrop(
         Command::new("python3")
             .arg("-c")
             .arg(script)
@@ -245,7 +245,7 @@ fn kill_daemon_while_running(
         panic!(
             "the writer confirmed only {} of {wanted}: status {status}, stderr:\n{}",
             confirmed.len(),
-            writer.stderr()
+            stderr_of(&mut writer.0)
         );
     }
 
@@ -272,7 +272,7 @@ fn kill_daemon_while_running(
     );
     reader.join().unwrap();
     confirmed.extend(rx.try_iter());
-    let stderr = writer.stderr();
+    let stderr = stderr_of(&mut writer.0);
     eprintln!(
         "{} confirmations before the kill; the writer said: {}",
         confirmed.len(),
@@ -281,24 +281,13 @@ fn kill_daemon_while_running(
     confirmed
 }
 
-/// The writer process, killed and reaped if the test fails before it ends.
-struct WriterGuard(std::process::Child);
-
-impl WriterGuard {
-    fn stderr(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(mut pipe) = self.0.stderr.take() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
+/// What `child` wrote to its piped stderr (once: the pipe is taken).
+fn stderr_of(child: &mut std::process::Child) -> String {
+    let mut text = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_string(&mut text);
     }
-}
-
-impl Drop for WriterGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    text
 }
 
 /// The mount point of a killed daemon answers ENOTCONN to requests that reach the

@@ -1108,6 +1108,17 @@ impl Drop for SmallDisk {
     }
 }
 
+/// A child process, killed and reaped when dropped: a test that fails while it runs
+/// leaves nothing behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `computerd exec DB EXTRA... -- SCRIPT`.
 pub fn exec(db: &Path, extra: &[&str], script: &str) -> Output {
     let mut args: Vec<&str> = vec!["exec", db.to_str().unwrap()];
