@@ -51,6 +51,9 @@ const MESSAGE_BYTES_MAX: usize = tools::ARGUMENTS_BYTES_MAX + (1 << 20);
 /// How long the end of the session waits for the commands it killed to end: SIGKILL
 /// follows SIGTERM after `KILL_GRACE`.
 const COMMANDS_STOP_WAIT: Duration = KILL_GRACE.saturating_add(Duration::from_secs(2));
+/// What a call says once the owner's connection is lost: the session does not reconnect.
+const OWNER_GONE: &str =
+    "the workspace's owner is gone (unmounted or stopped): start the MCP server again";
 /// How long the end of the session waits for rmcp's stdin reader to let go.
 const STDIN_RELEASE_WAIT: Duration = Duration::from_millis(200);
 
@@ -435,10 +438,10 @@ async fn answer(upstream: &RemoteUpstream, runner: &runner::Client, address: &Ad
             Some(computer_sync::Error::Disconnected { .. })
         );
         let said = crate::exec::owner_call_error(address, err);
-        match lost {
-            true => format!("{said}; the workspace's owner is gone (unmounted or stopped): start the MCP server again"),
-            false => said.to_string(),
+        if !lost {
+            return said.to_string();
         }
+        format!("{said}; {OWNER_GONE}")
     };
     match call {
         Call::Tool {
