@@ -387,7 +387,8 @@ fn hold_connection(
                 return;
             }
         };
-        let mut running = Vec::new();
+        // The exec calls not seen to end: what the end of the session must stop.
+        let mut running: Vec<(CancellationToken, JoinHandle<()>)> = Vec::new();
         while let Some(call) = calls.recv().await {
             let cancel = match &call {
                 Call::Exec { cancel, .. } => Some(cancel.clone()),
@@ -397,7 +398,7 @@ fn hold_connection(
             let task = tokio::task::spawn_local(async move {
                 answer(&upstream, &runner, &address, call).await;
             });
-            running.retain(|(_, task): &(CancellationToken, JoinHandle<()>)| !task.is_finished());
+            running.retain(|(_, task)| !task.is_finished());
             running.extend(cancel.map(|cancel| (cancel, task)));
         }
         stop_commands(running).await;
