@@ -3,9 +3,9 @@
 //! RPC, until SIGINT or SIGTERM. Commands asked of its runner run in a sandbox over a
 //! replica of its own (`serve_exec.rs`), taken down before the server stops.
 //!
-//! Readiness: once the socket is bound, one line `listening on ADDR` goes to stdout (with
-//! the port the system chose for `tcp:HOST:0`), so a script or test can wait for it
-//! instead of sleeping.
+//! Readiness: once the socket is bound and the runner can run commands, one line
+//! `listening on ADDR` goes to stdout (with the port the system chose for `tcp:HOST:0`),
+//! so a script or test can wait for it instead of sleeping.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -91,17 +91,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("{address}: cannot listen"))?;
         let bound = socket.local_address().unwrap_or(address.clone());
+        let replica = Arc::new(ServedReplica::new(&bound.to_string(), &token)?);
+        // The shell works on the served workspace itself; its changes reach the
+        // replica (and the sandboxes over it) with the next command's pull.
+        let made = exec_wire::owner_runtimes(replica.clone(), policies, &audited, None)?;
+        let _ = runtimes.set(made);
+        // Only now: a command asked for right after the line must find its runner.
         {
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "listening on {bound}")?;
             stdout.flush()?;
         }
         tracing::info!(db = %args.db.display(), %bound, "serving");
-        let replica = Arc::new(ServedReplica::new(&bound.to_string(), &token)?);
-        // The shell works on the served workspace itself; its changes reach the
-        // replica (and the sandboxes over it) with the next command's pull.
-        let made = exec_wire::owner_runtimes(replica.clone(), policies, &audited, None)?;
-        let _ = runtimes.set(made);
         let stop = stop_after_signal(runtimes, replica);
         rpc::serve(socket, authority, serve_options, stop).await;
         if let Address::Unix(path) = &bound {
