@@ -96,7 +96,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         // replica (and the sandboxes over it) with the next command's pull.
         let made = exec_wire::owner_runtimes(replica.clone(), policies, &audited, None)?;
         let _ = runtimes.set(made);
-        // Only now: a command asked for right after the line must find its runner.
         {
             let mut stdout = std::io::stdout().lock();
             writeln!(stdout, "listening on {bound}")?;
