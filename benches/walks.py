@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Warm tree walks, with several computerd builds and the host's ext4 in one loop.
+"""Tree walks and short commands, with several computerd builds and ext4 in one loop.
 
 Each target gets the same tree, shaped as fsbench's reads tree (10,000 files of about
 1.5 KB in 100 directories), and a clone of a local git repository whose index is
 settled (no racily clean entries, so `git status` reads no file). Then, in rounds that alternate the targets, every command
 runs once per target after one untimed run: `find -type f`, `ls -R`, `du -s` over the
-tree and `git status --porcelain` in the clone. Reports the median and the minimum
-wall time of each command on each target, and the ratio of medians to ext4. Alternating
-in one loop keeps the noise of a shared machine out of the ratios. With `--cold`, the
-kernel's caches are dropped before every timed run (the daemons keep theirs).
+tree; `git status --porcelain`, `git log -5 --stat` and `grep -r` in the clone; `cat` of
+three files and `echo > f && rm f`. Reports the median and the minimum wall time of each
+command on each target, and the ratio of medians to ext4. Alternating in one loop keeps
+the noise of a shared machine out of the ratios. With `--cold`, the kernel's caches are
+dropped before every timed run (the daemons keep theirs). With `--pause MS`, every timed
+run follows a pause, as an agent's commands follow its thinking: the machine is idle
+when the command starts.
 
     python3 benches/walks.py --computerd after=target/release/computerd
-                             [--computerd before=/tmp/computerd-old] [--rounds 30]
-                             [--cold] [--repo .] [--work DIR]
+                             [--computerd "before=/tmp/computerd-old --no-poll"]
+                             [--rounds 30] [--cold] [--pause MS] [--repo .] [--work DIR]
+
+A `--computerd` value is NAME=BIN, then any `computerd mount` options.
 
 Run it as root, like the other mount benchmarks: a daemon not run by root mounts with
 `default_permissions`, which changes what the kernel asks.
@@ -34,6 +39,10 @@ COMMANDS = {
     "ls -R": ["ls", "-R", "tree"],
     "du -s": ["du", "-s", "tree"],
     "git status": ["git", "-C", "repo", "status", "--porcelain"],
+    "git log -5 --stat": ["git", "-C", "repo", "log", "-5", "--stat"],
+    "grep -r": ["grep", "-r", "--count", "e", "repo"],
+    "cat 3 files": ["cat", "tree/d000/f000.txt", "tree/d050/f050.txt", "tree/d099/f099.txt"],
+    "echo > f && rm f": ["sh", "-c", "echo x > scratch && rm scratch"],
 }
 
 
@@ -61,17 +70,19 @@ def prepare(directory, source):
     settled_clone(source, os.path.join(directory, "repo"))
 
 
-def mount(binary, work, name):
+def mount(command, work, name):
+    binary, *options = command.split()
     db = os.path.join(work, f"{name}.db")
     mnt = os.path.join(work, name)
-    subprocess.run([binary, "mount", db, mnt, "--daemon", "-q"], check=True,
+    subprocess.run([binary, "mount", db, mnt, "--daemon", "-q", *options], check=True,
                    stdout=subprocess.DEVNULL)
     return mnt
 
 
-def time_once(argv, cwd, cold=False):
+def time_once(argv, cwd, cold=False, pause_ms=0):
     if cold:
         drop_caches()
+    time.sleep(pause_ms / 1000)
     started = time.perf_counter()
     subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
     return (time.perf_counter() - started) * 1000
@@ -80,10 +91,13 @@ def time_once(argv, cwd, cold=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--computerd", action="append", required=True,
-                        metavar="NAME=BIN", help="a computerd binary to mount (repeatable)")
+                        metavar="NAME=BIN", help="a computerd binary to mount, then any "
+                        "mount options (repeatable)")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--cold", action="store_true",
                         help="drop the kernel's caches before every timed run")
+    parser.add_argument("--pause", type=float, default=0, metavar="MS",
+                        help="sleep this long before every timed run")
     parser.add_argument("--repo", default=os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), help="the git repository to clone")
     parser.add_argument("--work", help="where the targets go (default: a temp dir)")
@@ -107,8 +121,9 @@ def main():
         for _ in range(args.rounds):
             for command, argv in COMMANDS.items():
                 for target, directory in targets.items():
-                    times[(target, command)].append(time_once(argv, directory, args.cold))
-        report(targets, times, args.rounds, args.cold)
+                    elapsed = time_once(argv, directory, args.cold, args.pause)
+                    times[(target, command)].append(elapsed)
+        report(targets, times, args.rounds, args.cold, args.pause)
     finally:
         for mnt in mounted:
             subprocess.run(["umount", mnt], check=False)
@@ -116,9 +131,10 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report(targets, times, rounds, cold):
+def report(targets, times, rounds, cold, pause_ms):
     caches = "cold" if cold else "warm"
-    print(f"{caches}: median (min) ms of {rounds} rounds; ratio of medians to ext4")
+    after = f", each after a {pause_ms:g} ms pause" if pause_ms else ""
+    print(f"{caches}{after}: median (min) ms of {rounds} rounds; ratio of medians to ext4")
     print("| command | " + " | ".join(targets) + " |")
     print("|---|" + "---:|" * len(targets))
     for command in COMMANDS:

@@ -98,7 +98,7 @@ pub struct MountArgs {
     #[arg(long)]
     pub op_stats: bool,
     /// Never poll the FUSE device: every worker sleeps until the kernel wakes it. By
-    /// default one worker polls while requests come less than a millisecond apart and
+    /// default one worker polls once requests have kept coming for about 12 ms, while
     /// the machine has a CPU to spare, which shortens each round trip by about a third.
     #[arg(long)]
     pub no_poll: bool,

@@ -7,13 +7,17 @@
 //! them) is non-blocking (`O_NONBLOCK`; fuser's loop retries on `EAGAIN`): one worker
 //! spins on it and picks each request up as soon as it is queued, the others rest
 //! ([`RequestPolling::request_done`]). About 10 µs a round trip, and 10 to 20 % off
-//! small-file workloads and git (docs/benchmarks.md).
+//! long runs of small-file work (docs/benchmarks.md).
 //!
-//! Spinning costs a CPU, so it is bounded:
-//! - it starts with a request that comes less than [`IDLE`] after the one before: a lone
-//!   request (one `stat` process after another, each a millisecond of `exec` apart)
-//!   starts nothing, where spinning through their start-up only took a CPU from it
-//!   (stat of 1000 files, a process each, 15 % slower);
+//! Spinning costs a CPU, and a short command loses by it: between requests its CPU goes
+//! idle, and on these VMs a reply that wakes an idle CPU costs more than the daemon and
+//! the caller taking turns on one (without polling, the kernel runs the woken reader
+//! where the caller just slept). So polling is bounded:
+//! - it starts only after [`BUSY_WINDOWS_BEFORE_POLLING`] windows of [`IDLE`] in a row
+//!   with at least [`MIN_REQUESTS_PER_WINDOW`] requests each: a command run alone after
+//!   a pause (`git status`, `git log`, `cat` of a few files) is over before that, and
+//!   polled it took 1.3 to 1.5 times as long; a lone request (one `stat` process after
+//!   another) starts nothing either;
 //! - it stops after a window of `IDLE` that served fewer than
 //!   [`MIN_REQUESTS_PER_WINDOW`] requests: the caller is then mostly computing, on a CPU
 //!   the spinning may share;
@@ -46,6 +50,10 @@ const HOLD_OFF_MAX: Duration = Duration::from_secs(2);
 const CALM_WINDOWS: u32 = 10;
 /// Fewer requests than this in a polling window stop the polling.
 pub const MIN_REQUESTS_PER_WINDOW: u64 = 4;
+/// Consecutive windows of at least [`MIN_REQUESTS_PER_WINDOW`] requests each before
+/// polling starts: the commands an agent runs one at a time (`git status`, `git log`, a
+/// `cat`) are over within about 10 ms, and polled they were slower.
+pub const BUSY_WINDOWS_BEFORE_POLLING: u64 = 12;
 /// How long a resting worker sleeps before it looks again by itself.
 const REST_MAX: Duration = Duration::from_millis(50);
 
@@ -60,8 +68,12 @@ pub struct RequestPolling {
     device: OnceLock<OwnedFd>,
     governor: OnceLock<Thread>,
     epoch: Instant,
-    /// When the last request arrived, in nanoseconds since `epoch`.
-    last_request_ns: AtomicU64,
+    /// While not polling: when the current window began (its first request, in
+    /// nanoseconds since `epoch`), the requests that arrived in it, and how many busy
+    /// windows came before it without a break.
+    window_start_ns: AtomicU64,
+    window_requests: AtomicU64,
+    busy_windows: AtomicU64,
     /// Requests since the mount, to see how many each polling window served.
     requests: AtomicU64,
     /// Whether the device is (being switched to) non-blocking. Read without the lock on
@@ -92,7 +104,9 @@ impl RequestPolling {
             device: OnceLock::new(),
             governor: OnceLock::new(),
             epoch: Instant::now(),
-            last_request_ns: AtomicU64::new(0),
+            window_start_ns: AtomicU64::new(0),
+            window_requests: AtomicU64::new(0),
+            busy_windows: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             polling: AtomicBool::new(false),
             held_off_until_ns: AtomicU64::new(0),
@@ -127,16 +141,15 @@ impl RequestPolling {
         Ok(())
     }
 
-    /// Notes a request; switches to polling if it is off, the request came soon after
-    /// the one before, and polling is allowed. Called at the start of every request, so
-    /// the common case is two atomic operations.
+    /// Notes a request; switches to polling if it is off, requests have been coming
+    /// long enough ([`RequestPolling::burst`]), and polling is allowed. Called at the
+    /// start of every request, so the common case is a few atomic operations.
     pub fn request_arrived(&self) {
         let now = self.now_ns();
-        let previous = self.last_request_ns.swap(now, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
         if self.polling.load(Ordering::Relaxed)
             || now < self.held_off_until_ns.load(Ordering::Relaxed)
-            || now.saturating_sub(previous) >= IDLE.as_nanos() as u64
+            || !self.burst(now)
         {
             return;
         }
@@ -185,6 +198,30 @@ impl RequestPolling {
             };
         }
         *resting -= 1;
+    }
+
+    /// Counts a request arriving at `now` while not polling; whether it follows
+    /// [`BUSY_WINDOWS_BEFORE_POLLING`] busy windows in a row. A request more than
+    /// [`IDLE`] after the window's first begins the next window, and a window that
+    /// ended more than `IDLE` before it breaks the row. Racing workers may lose a count
+    /// or begin a window twice: the rule needs the rate only roughly.
+    fn burst(&self, now: u64) -> bool {
+        let window_ns = IDLE.as_nanos() as u64;
+        let elapsed = now.saturating_sub(self.window_start_ns.load(Ordering::Relaxed));
+        if elapsed < window_ns {
+            self.window_requests.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        let busy = self.window_requests.load(Ordering::Relaxed) >= MIN_REQUESTS_PER_WINDOW;
+        let in_a_row = if busy && elapsed < 2 * window_ns {
+            self.busy_windows.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.busy_windows.store(0, Ordering::Relaxed);
+            0
+        };
+        self.window_start_ns.store(now, Ordering::Relaxed);
+        self.window_requests.store(1, Ordering::Relaxed);
+        in_a_row >= BUSY_WINDOWS_BEFORE_POLLING
     }
 
     /// Sends the resting workers back to the device.
@@ -520,6 +557,40 @@ mod tests {
         polling.request_arrived(); // before attach: nothing to switch
         polling.attach(reader).unwrap();
         Some((polling, writer))
+    }
+
+    /// Requests every 100 µs for `span`, by the clock.
+    fn requests_for(polling: &RequestPolling, span: Duration) {
+        let end = Instant::now() + span;
+        while Instant::now() < end {
+            polling.request_arrived();
+            thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    #[test]
+    fn a_short_run_of_requests_starts_nothing() {
+        let Some((polling, _writer)) = attached(1) else {
+            return;
+        };
+        // A command's worth of requests, twice, with a pause between that breaks the
+        // row: however the threads are scheduled, no row gets long enough.
+        let command = Duration::from_millis(5);
+        assert!(command.as_nanos() / IDLE.as_nanos() + 1 < BUSY_WINDOWS_BEFORE_POLLING as u128);
+        requests_for(&polling, command);
+        assert_eq!(
+            polling.mode(),
+            (false, false),
+            "a short run started polling"
+        );
+        thread::sleep(IDLE * 3);
+        requests_for(&polling, command);
+        assert_eq!(
+            polling.mode(),
+            (false, false),
+            "the pause did not break the row"
+        );
+        polling.stop();
     }
 
     #[test]
