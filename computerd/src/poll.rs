@@ -16,7 +16,7 @@
 //! - it starts only after [`BUSY_WINDOWS_BEFORE_POLLING`] windows of [`IDLE`] in a row
 //!   with at least [`MIN_REQUESTS_PER_WINDOW`] requests each: a command run alone after
 //!   a pause (`git status`, `git log`, `cat` of a few files) is over before that, and
-//!   polled it took 1.3 to 1.5 times as long; a lone request (one `stat` process after
+//!   polled it took 1.3 to 1.9 times as long; a lone request (one `stat` process after
 //!   another) starts nothing either;
 //! - it stops after a window of `IDLE` that served fewer than
 //!   [`MIN_REQUESTS_PER_WINDOW`] requests: the caller is then mostly computing, on a CPU
