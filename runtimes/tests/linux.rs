@@ -449,10 +449,9 @@ fn a_sandbox_killed_from_outside_fails_the_exec() {
         Some(Event::Output { .. })
     ));
     // The sandbox is killed by its pid 1: the kernel then ends every process of its
-    // pid namespace, as an OOM kill or an operator would.
-    let command = pids()
-        .into_iter()
-        .find(|pid| cmdline(*pid).contains(marker) && namespace_pid(*pid) != Some(*pid))
+    // pid namespace, as an OOM kill or an operator would. The shell may print before
+    // it has started `sleep`: look until it has.
+    let command = sandboxed_process(marker, Duration::from_secs(10))
         .expect("the command runs in a pid namespace of its sandbox");
     let namespace = pid_namespace(command);
     let init = pids()
@@ -536,6 +535,21 @@ fn read_only_paths_stay_inside_the_workspace() {
         refused.to_string().contains("leads out of the workspace"),
         "{refused}"
     );
+}
+
+/// A process whose command line holds `marker` and that lives in a pid namespace of
+/// its own (its pid there differs), looked for until `within` has passed.
+fn sandboxed_process(marker: &str, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let found = pids()
+            .into_iter()
+            .find(|pid| cmdline(*pid).contains(marker) && namespace_pid(*pid) != Some(*pid));
+        if found.is_some() || Instant::now() >= deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn pids() -> Vec<i32> {
