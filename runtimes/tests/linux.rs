@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{collect, run};
+use common::{collect, run, wait_for};
 use computer_runtimes::linux::{LinuxBackend, LinuxPolicy, LocalView};
 use computer_runtimes::{
     Error, Event, ExecOptions, ExecStatus, Runtimes, SyncOutcome, EXEC_LOG_BYTES_MAX, KILL_GRACE,
@@ -451,8 +451,12 @@ fn a_sandbox_killed_from_outside_fails_the_exec() {
     // The sandbox is killed by its pid 1: the kernel then ends every process of its
     // pid namespace, as an OOM kill or an operator would. The shell may print before
     // it has started `sleep`: look until it has.
-    let command = sandboxed_process(marker, Duration::from_secs(10))
-        .expect("the command runs in a pid namespace of its sandbox");
+    let in_the_sandbox =
+        |pid: &i32| cmdline(*pid).contains(marker) && namespace_pid(*pid) != Some(*pid);
+    let command = wait_for(Duration::from_secs(10), || {
+        pids().into_iter().find(in_the_sandbox)
+    })
+    .expect("the command runs in a pid namespace of its sandbox");
     let namespace = pid_namespace(command);
     let init = pids()
         .into_iter()
@@ -535,21 +539,6 @@ fn read_only_paths_stay_inside_the_workspace() {
         refused.to_string().contains("leads out of the workspace"),
         "{refused}"
     );
-}
-
-/// A process whose command line holds `marker` and that lives in a pid namespace of
-/// its own (its pid there differs), looked for until `within` has passed.
-fn sandboxed_process(marker: &str, within: Duration) -> Option<i32> {
-    let deadline = Instant::now() + within;
-    loop {
-        let found = pids()
-            .into_iter()
-            .find(|pid| cmdline(*pid).contains(marker) && namespace_pid(*pid) != Some(*pid));
-        if found.is_some() || Instant::now() >= deadline {
-            return found;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn pids() -> Vec<i32> {

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own share
 
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use computer_runtimes::audit::{AuditEntry, AuditSink};
 use computer_runtimes::{Event, ExecHandle, ExecOptions, Runtimes, Stream};
@@ -30,6 +31,18 @@ pub fn collect(handle: &mut ExecHandle) -> (String, String) {
         String::from_utf8(out).unwrap(),
         String::from_utf8(err).unwrap(),
     )
+}
+
+/// Polls `probe` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let found = probe();
+        if found.is_some() || Instant::now() >= deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 pub fn run(rt: &Runtimes, script: &str) -> (String, String, i32) {
