@@ -3,9 +3,9 @@
 
 Each target gets the same tree, shaped as fsbench's reads tree (10,000 files of about
 1.5 KB in 100 directories), and a clone of a local git repository whose index is
-settled (no racily clean entries, so `git status` reads no file). Then, in rounds that alternate the targets, every command
-runs once per target after one untimed run: `find -type f`, `ls -R`, `du -s` over the
-tree; `git status --porcelain`, `git log -5 --stat` and `grep -r` in the clone; `cat` of
+settled (no racily clean entries, so `git status` reads no file). Then, in rounds that
+alternate the targets, every command runs once per target after one untimed run:
+`find -type f`, `ls -R`, `du -s` over the tree; `git status --porcelain`, `git log -5 --stat` and `grep -r` in the clone; `cat` of
 three files and `echo > f && rm f`. Reports the median and the minimum wall time of each
 command on each target, and the ratio of medians to ext4. Alternating in one loop keeps
 the noise of a shared machine out of the ratios. With `--cold`, the kernel's caches are
