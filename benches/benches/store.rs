@@ -226,6 +226,44 @@ fn small_files(c: &mut Criterion) {
     group.finish();
 }
 
+/// What a READDIRPLUS and the READDIR after it cost the daemon in the store: one
+/// directory of 100 files (the shape of fsbench's reads tree), listed whole with
+/// attributes, then asked for what follows its last entry (the empty answer that tells
+/// the kernel the listing ended).
+fn listing(c: &mut Criterion) {
+    const ENTRIES: usize = 100;
+    const BATCH: usize = 256;
+    let (_dir, ws) = fresh();
+    let fs = ws.fs();
+    fs.mkdir("/d", Default::default()).unwrap();
+    for i in 0..ENTRIES {
+        fs.write_file(&format!("/d/f{i:03}.txt"), format!("{i}\n"))
+            .unwrap();
+    }
+    let dir = fs.stat("/d").unwrap().ino;
+    let last = ws
+        .readdir(Who::Trusted, dir, 0, BATCH)
+        .unwrap()
+        .last()
+        .unwrap()
+        .cookie;
+    let mut group = c.benchmark_group("listing_100");
+    group.throughput(Throughput::Elements(ENTRIES as u64));
+    group.bench_function("inode_readdir_plus", |b| {
+        b.iter(|| black_box(ws.readdir_plus(Who::Trusted, dir, 0, BATCH).unwrap()))
+    });
+    group.bench_function("inode_readdir", |b| {
+        b.iter(|| black_box(ws.readdir(Who::Trusted, dir, 0, BATCH).unwrap()))
+    });
+    group.bench_function("inode_readdir_past_end", |b| {
+        b.iter(|| black_box(ws.readdir(Who::Trusted, dir, last, BATCH).unwrap()))
+    });
+    group.bench_function("inode_opendir", |b| {
+        b.iter(|| black_box(ws.opendir(Who::Trusted, dir).unwrap()))
+    });
+    group.finish();
+}
+
 fn copy_and_overwrite(c: &mut Criterion) {
     let (_dir, ws) = fresh();
     let fs = ws.fs();
@@ -329,5 +367,13 @@ fn raw(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, write, read, small_files, copy_and_overwrite, raw);
+criterion_group!(
+    benches,
+    write,
+    read,
+    small_files,
+    listing,
+    copy_and_overwrite,
+    raw
+);
 criterion_main!(benches);

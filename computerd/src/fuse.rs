@@ -516,13 +516,6 @@ impl WorkspaceFs {
         Ok(())
     }
 
-    /// The attributes of `dir` if the caller may read its listing (the store's rule for
-    /// opening a directory, asked here since the kernel no longer sends OPENDIR).
-    fn check_listing(&self, req: &Request, dir: InodeNo) -> computer_vfs::Result<Attr> {
-        let process = RequestProcess::of(req);
-        self.ws.opendir(self.caller(req, &process), dir)
-    }
-
     /// After a directory's mode or owner changed, the kernel drops the listing it keeps,
     /// so that the next one is read from the daemon and checked against the new
     /// permissions.
@@ -1001,15 +994,16 @@ impl Filesystem for WorkspaceFs {
     /// drops one itself when a request through this mount changes the directory, and is
     /// told to when another route does (`replica::KernelCache`) or the directory's mode
     /// or owner changes (`setattr`). The read permission a listing needs is checked when
-    /// the listing is read from the daemon (`check_listing`), and here too for a kernel
-    /// that keeps asking.
+    /// the listing is read from the daemon (the store's `readdir` and `readdir_plus`
+    /// check what `opendir` checks), and here too for a kernel that keeps asking.
     fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
         let _timer = self.timer("opendir");
         if self.opendir_skipped {
             return reply.error(Errno::ENOSYS);
         }
         let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-        let result = self.check_listing(req, ino(inode));
+        let process = RequestProcess::of(req);
+        let result = self.ws.opendir(self.caller(req, &process), ino(inode));
         reply.answer(result, |reply, _| reply.opened(FileHandle(0), cached))
     }
 
@@ -1022,20 +1016,23 @@ impl Filesystem for WorkspaceFs {
         mut reply: ReplyDirectory,
     ) {
         let _timer = self.timer("readdir");
-        let dir = ino(inode);
-        if let Err(err) = self.check_listing(req, dir) {
-            return reply.error(errno(&err));
-        }
-        if offset < 1 && reply.add(inode, 1, FileType::Directory, ".") {
+        let (dir, process) = (ino(inode), RequestProcess::of(req));
+        let mut after = offset.saturating_sub(DOT_COOKIES);
+        // The first page is read before anything is added: reading it checks that the
+        // caller may list the directory, as `opendir` does, and a refusal must be the
+        // whole answer.
+        let mut page = self
+            .ws
+            .readdir(self.caller(req, &process), dir, after, READDIR_BATCH);
+        if offset < 1 && page.is_ok() && reply.add(inode, 1, FileType::Directory, ".") {
             return reply.ok();
         }
         // The kernel ignores the inode of `..` in a listing; any directory will do.
-        if offset < 2 && reply.add(inode, 2, FileType::Directory, "..") {
+        if offset < 2 && page.is_ok() && reply.add(inode, 2, FileType::Directory, "..") {
             return reply.ok();
         }
-        let mut after = offset.saturating_sub(DOT_COOKIES);
         loop {
-            let entries = match self.ws.readdir(dir, after, READDIR_BATCH) {
+            let entries = match page {
                 Ok(entries) => entries,
                 Err(err) => return reply.error(errno(&err)),
             };
@@ -1043,15 +1040,14 @@ impl Filesystem for WorkspaceFs {
             after = last.cookie;
             for entry in entries {
                 let name = OsStr::from_bytes(&entry.name);
-                if reply.add(
-                    INodeNo(entry.ino.0),
-                    entry.cookie + DOT_COOKIES,
-                    file_type(entry.kind),
-                    name,
-                ) {
+                let (node, cookie) = (INodeNo(entry.ino.0), entry.cookie + DOT_COOKIES);
+                if reply.add(node, cookie, file_type(entry.kind), name) {
                     return reply.ok();
                 }
             }
+            page = self
+                .ws
+                .readdir(self.caller(req, &process), dir, after, READDIR_BATCH);
         }
         reply.ok()
     }
@@ -1065,14 +1061,15 @@ impl Filesystem for WorkspaceFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         let _timer = self.timer("readdirplus");
-        let dir = ino(inode);
-        let dir_attr = match self.check_listing(req, dir) {
-            Ok(attr) => attr,
-            Err(err) => return reply.error(errno(&err)),
-        };
-        if offset < 2 {
+        let (dir, process) = (ino(inode), RequestProcess::of(req));
+        let mut after = offset.saturating_sub(DOT_COOKIES);
+        // As in `readdir`: the first page, read first, is the permission check.
+        let mut page = self
+            .ws
+            .readdir_plus(self.caller(req, &process), dir, after, READDIR_BATCH);
+        if let (true, Ok((dir_attr, _))) = (offset < 2, &page) {
             // The kernel makes no dentries for `.` and `..`: their attributes are unused.
-            let this = file_attr(&dir_attr);
+            let this = file_attr(dir_attr);
             if offset < 1 && reply.add(inode, 1, ".", &TTL, &this, Generation(0)) {
                 return reply.ok();
             }
@@ -1080,10 +1077,9 @@ impl Filesystem for WorkspaceFs {
                 return reply.ok();
             }
         }
-        let mut after = offset.saturating_sub(DOT_COOKIES);
         loop {
-            let entries = match self.ws.readdir_plus(dir, after, READDIR_BATCH) {
-                Ok(entries) => entries,
+            let entries = match page {
+                Ok((_, entries)) => entries,
                 Err(err) => return reply.error(errno(&err)),
             };
             let Some((last, _)) = entries.last() else {
@@ -1092,18 +1088,15 @@ impl Filesystem for WorkspaceFs {
             after = last.cookie;
             for (entry, attr) in entries {
                 let name = OsStr::from_bytes(&entry.name);
-                let full = reply.add(
-                    INodeNo(entry.ino.0),
-                    entry.cookie + DOT_COOKIES,
-                    name,
-                    &TTL,
-                    &file_attr(&attr),
-                    Generation(0),
-                );
-                if full {
+                let (node, cookie) = (INodeNo(entry.ino.0), entry.cookie + DOT_COOKIES);
+                let attr = file_attr(&attr);
+                if reply.add(node, cookie, name, &TTL, &attr, Generation(0)) {
                     return reply.ok();
                 }
             }
+            page = self
+                .ws
+                .readdir_plus(self.caller(req, &process), dir, after, READDIR_BATCH);
         }
         reply.ok()
     }

@@ -483,7 +483,10 @@ impl Fs {
         let mut out = Vec::new();
         let mut after = 0;
         loop {
-            let page = self.ws.readdir(ino, after, 1024).map_err(|e| e.at(path))?;
+            let page = self
+                .ws
+                .readdir(Who::Trusted, ino, after, 1024)
+                .map_err(|e| e.at(path))?;
             let Some(last) = page.last() else { break };
             after = last.cookie;
             out.extend(page);
@@ -497,7 +500,8 @@ impl Fs {
         let mut out = Vec::new();
         let mut after = 0;
         loop {
-            let page = (self.ws.readdir_plus(ino, after, 1024)).map_err(|e| e.at(path))?;
+            let (_, page) =
+                (self.ws.readdir_plus(Who::Trusted, ino, after, 1024)).map_err(|e| e.at(path))?;
             let Some((last, _)) = page.last() else { break };
             after = last.cookie;
             out.extend(page);
@@ -516,7 +520,7 @@ impl Fs {
         let ino = self.existing(path, true)?;
         let page = self
             .ws
-            .readdir(ino, after, limit.saturating_add(1))
+            .readdir(Who::Trusted, ino, after, limit.saturating_add(1))
             .map_err(|e| e.at(path))?;
         if page.len() > limit {
             let mut page = page;

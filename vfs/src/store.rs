@@ -35,8 +35,46 @@ pub fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-const ATTR_COLUMNS: &str =
-    "ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, revision";
+/// The columns of `nodes` that make an [`Attr`], in the order `attr_from_row` reads
+/// them, each prefixed with the table alias given (or none). A macro so that every
+/// statement is one literal, made at compile time: the statement cache is keyed by the
+/// text, and these statements serve the commonest requests.
+macro_rules! attr_columns {
+    () => {
+        "ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, revision"
+    };
+    ($t:literal) => {
+        concat!(
+            $t,
+            ".ino, ",
+            $t,
+            ".kind, ",
+            $t,
+            ".perm, ",
+            $t,
+            ".uid, ",
+            $t,
+            ".gid, ",
+            $t,
+            ".nlink, ",
+            $t,
+            ".size, ",
+            $t,
+            ".atime, ",
+            $t,
+            ".mtime, ",
+            $t,
+            ".ctime, ",
+            $t,
+            ".rdev, ",
+            $t,
+            ".revision"
+        )
+    };
+}
+
+/// How many columns `attr_columns!` names.
+const ATTR_COLUMN_COUNT: usize = 12;
 
 fn attr_from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<(Attr, i64)> {
     let kind_code: i64 = row.get(first + 1)?;
@@ -64,9 +102,12 @@ fn finish_attr((mut attr, code): (Attr, i64)) -> Result<Attr> {
 
 /// The attributes of `ino`, or `None` if no such node exists.
 pub(crate) fn load_attr(conn: &Connection, ino: InodeNo) -> Result<Option<Attr>> {
-    let sql = format!("SELECT {ATTR_COLUMNS} FROM nodes WHERE ino = ?1");
     let row = conn
-        .prepare_cached(&sql)
+        .prepare_cached(concat!(
+            "SELECT ",
+            attr_columns!(),
+            " FROM nodes WHERE ino = ?1"
+        ))
         .and_then(|mut stmt| {
             stmt.query_row([ino.0 as i64], |row| attr_from_row(row, 0))
                 .optional()
@@ -93,12 +134,12 @@ pub(crate) fn lookup(conn: &Connection, parent: InodeNo, name: &[u8]) -> Result<
 
 /// The attributes of the node a directory entry names.
 pub(crate) fn lookup_attr(conn: &Connection, parent: InodeNo, name: &[u8]) -> Result<Option<Attr>> {
-    let sql = format!(
-        "SELECT {} FROM dirents d JOIN nodes n ON n.ino = d.ino WHERE d.parent = ?1 AND d.name = ?2",
-        ATTR_COLUMNS.split(", ").map(|c| format!("n.{c}")).collect::<Vec<_>>().join(", ")
-    );
     let row = conn
-        .prepare_cached(&sql)
+        .prepare_cached(concat!(
+            "SELECT ",
+            attr_columns!("n"),
+            " FROM dirents d JOIN nodes n ON n.ino = d.ino WHERE d.parent = ?1 AND d.name = ?2"
+        ))
         .and_then(|mut stmt| {
             stmt.query_row(params![parent.0 as i64, name], |row| attr_from_row(row, 0))
                 .optional()
@@ -114,41 +155,28 @@ pub(crate) fn lookup_in(
     parent: InodeNo,
     name: &[u8],
 ) -> Result<(Option<Attr>, Option<Attr>)> {
-    // Built once per thread: a lookup is the commonest request, and the statement
-    // cache is keyed by the text.
-    thread_local! {
-        static SQL: String = {
-            let columns = |table: &str| {
-                ATTR_COLUMNS
-                    .split(", ")
-                    .map(|c| format!("{table}.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            format!(
-                "SELECT {}, {} FROM nodes p
-                 LEFT JOIN dirents d ON d.parent = p.ino AND d.name = ?2
-                 LEFT JOIN nodes n ON n.ino = d.ino
-                 WHERE p.ino = ?1",
-                columns("p"),
-                columns("n")
-            )
-        };
-    }
-    let child_columns = ATTR_COLUMNS.split(", ").count();
-    let row = SQL
-        .with(|sql| {
-            conn.prepare_cached(sql).and_then(|mut stmt| {
-                stmt.query_row(params![parent.0 as i64, name], |row| {
-                    let dir = attr_from_row(row, 0)?;
-                    let child = match row.get::<_, Option<i64>>(child_columns)? {
-                        Some(_) => Some(attr_from_row(row, child_columns)?),
-                        None => None,
-                    };
-                    Ok((dir, child))
-                })
-                .optional()
+    const SQL: &str = concat!(
+        "SELECT ",
+        attr_columns!("p"),
+        ", ",
+        attr_columns!("n"),
+        " FROM nodes p
+         LEFT JOIN dirents d ON d.parent = p.ino AND d.name = ?2
+         LEFT JOIN nodes n ON n.ino = d.ino
+         WHERE p.ino = ?1"
+    );
+    let row = conn
+        .prepare_cached(SQL)
+        .and_then(|mut stmt| {
+            stmt.query_row(params![parent.0 as i64, name], |row| {
+                let dir = attr_from_row(row, 0)?;
+                let child = match row.get::<_, Option<i64>>(ATTR_COLUMN_COUNT)? {
+                    Some(_) => Some(attr_from_row(row, ATTR_COLUMN_COUNT)?),
+                    None => None,
+                };
+                Ok((dir, child))
             })
+            .optional()
         })
         .ctx("looking up a name")?;
     match row {
@@ -227,16 +255,14 @@ pub(crate) fn list_plus(
     after: u64,
     limit: usize,
 ) -> Result<Vec<(DirEntry, Attr)>> {
-    let sql = format!(
-        "SELECT d.cookie, d.name, {} FROM dirents d JOIN nodes n ON n.ino = d.ino
-         WHERE d.parent = ?1 AND d.cookie > ?2 ORDER BY d.cookie LIMIT ?3",
-        ATTR_COLUMNS
-            .split(", ")
-            .map(|c| format!("n.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let mut stmt = conn.prepare_cached(&sql).ctx("listing a directory")?;
+    let mut stmt = conn
+        .prepare_cached(concat!(
+            "SELECT d.cookie, d.name, ",
+            attr_columns!("n"),
+            " FROM dirents d JOIN nodes n ON n.ino = d.ino
+             WHERE d.parent = ?1 AND d.cookie > ?2 ORDER BY d.cookie LIMIT ?3"
+        ))
+        .ctx("listing a directory")?;
     let rows = stmt
         .query_map(
             params![
@@ -721,4 +747,17 @@ pub(crate) fn last_removal(conn: &Connection, path: &[u8]) -> Result<Option<Revi
         .and_then(|mut s| s.query_row([path], |r| r.get(0)))
         .ctx("reading tombstones")?;
     Ok(removed.map(|r| Revision(r as u64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ATTR_COLUMN_COUNT;
+
+    #[test]
+    fn the_attribute_columns_agree_with_their_count_and_their_aliases() {
+        let plain: Vec<&str> = attr_columns!().split(", ").collect();
+        assert_eq!(plain.len(), ATTR_COLUMN_COUNT);
+        let aliased: Vec<String> = plain.iter().map(|c| format!("n.{c}")).collect();
+        assert_eq!(attr_columns!("n"), aliased.join(", "));
+    }
 }

@@ -426,14 +426,7 @@ impl Workspace {
     /// Opening directory `ino` to list it: it must be one (ENOTDIR), readable by a
     /// caller.
     pub fn opendir(&self, who: Who<'_>, ino: InodeNo) -> Result<Attr> {
-        let attr = self.stored_attr(ino)?;
-        if !attr.is_dir() {
-            return Err(kind::NotDir());
-        }
-        if let Some(cred) = who.cred() {
-            access::check(&attr, cred, Access::READ)?;
-        }
-        Ok(attr)
+        self.inner.db.read(|conn| listable(conn, who, ino))
     }
 
     /// The stored attributes, which are all a permission check needs (the overlay of
@@ -486,35 +479,40 @@ impl Workspace {
         Ok(Some(buf))
     }
 
-    /// Up to `limit` entries of directory `dir` after cookie `after` (0 starts).
-    pub fn readdir(&self, dir: InodeNo, after: u64, limit: usize) -> Result<Vec<DirEntry>> {
+    /// Up to `limit` entries of directory `dir` after cookie `after` (0 starts), if
+    /// `who` may list it ([`Workspace::opendir`]). The check and the listing are one
+    /// read of the database: the kernel asks again for every page of a listing, and
+    /// once more past its end.
+    pub fn readdir(
+        &self,
+        who: Who<'_>,
+        dir: InodeNo,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
         self.inner.db.read(|conn| {
-            let attr = store::attr(conn, dir)?;
-            if !attr.is_dir() {
-                return Err(kind::NotDir());
-            }
+            listable(conn, who, dir)?;
             store::list(conn, dir, after, limit)
         })
     }
 
-    /// Like [`Workspace::readdir`], with each entry's attributes.
+    /// Like [`Workspace::readdir`], with each entry's attributes, and the directory's.
     pub fn readdir_plus(
         &self,
+        who: Who<'_>,
         dir: InodeNo,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<(DirEntry, Attr)>> {
-        let entries = self.inner.db.read(|conn| {
-            let attr = store::attr(conn, dir)?;
-            if !attr.is_dir() {
-                return Err(kind::NotDir());
-            }
-            store::list_plus(conn, dir, after, limit)
+    ) -> Result<(Attr, Vec<(DirEntry, Attr)>)> {
+        let (dir_attr, entries) = self.inner.db.read(|conn| {
+            let dir_attr = listable(conn, who, dir)?;
+            Ok((dir_attr, store::list_plus(conn, dir, after, limit)?))
         })?;
-        Ok(entries
+        let entries = entries
             .into_iter()
             .map(|(e, a)| (e, self.overlay(a)))
-            .collect())
+            .collect();
+        Ok((dir_attr, entries))
     }
 
     /// The target of symlink `ino`.
@@ -1928,6 +1926,19 @@ impl Drop for Inner {
             }
         }
     }
+}
+
+/// The attributes of directory `dir` if `who` may list it: it must be one (ENOTDIR),
+/// readable by a caller (EACCES).
+fn listable(conn: &rusqlite::Connection, who: Who<'_>, dir: InodeNo) -> Result<Attr> {
+    let attr = store::attr(conn, dir)?;
+    if !attr.is_dir() {
+        return Err(kind::NotDir());
+    }
+    if let Some(cred) = who.cred() {
+        access::check(&attr, cred, Access::READ)?;
+    }
+    Ok(attr)
 }
 
 #[cfg(test)]

@@ -513,7 +513,7 @@ fn build_workspace(tree: &[Node]) -> Workspace {
 
 fn snapshot_workspace(ws: &Workspace) -> Snapshot {
     fn walk(ws: &Workspace, dir: InodeNo, prefix: &str, out: &mut Snapshot) {
-        let mut entries = ws.readdir(dir, 0, 1000).unwrap();
+        let mut entries = ws.readdir(Who::Trusted, dir, 0, 1000).unwrap();
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         for entry in entries {
             let path = join(prefix, &entry.name_lossy());
@@ -616,7 +616,18 @@ fn run_workspace(ws: &Workspace, cred: &Credentials<'_>, op: &Op) -> Result<(), 
                 if write {
                     return Err(libc::EISDIR);
                 }
-                return ws.opendir(who, attr.ino).map(drop).map_err(errno);
+                let opened = ws.opendir(who, attr.ino).map(drop).map_err(errno);
+                // A listing is checked as the opening is: the kernel skips OPENDIR.
+                let listed = ws.readdir(who, attr.ino, 0, 1).map(drop).map_err(errno);
+                let listed_plus = ws.readdir_plus(who, attr.ino, 0, 1).map(drop);
+                assert_eq!(listed, opened, "readdir of {}", PATHS[*i]);
+                assert_eq!(
+                    listed_plus.map_err(errno),
+                    opened,
+                    "readdirplus of {}",
+                    PATHS[*i]
+                );
+                return opened;
             }
             let flags = OpenFlags::from_libc(*flags);
             let opened = ws
