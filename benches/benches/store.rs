@@ -11,9 +11,11 @@
 //! iteration so nothing deduplicates against an earlier one), `read_64MiB` (`read_file` and
 //! inode `read` in 1 MiB pieces; cold = a freshly opened workspace, so an empty block
 //! cache, warm = the same workspace again), `small_files` (1000 files: create, stat,
-//! unlink), `copy_64MiB` (`Fs::copy`, which shares blocks), `overwrite_1_byte` (in the
-//! middle of a 64 MiB file), and `raw` (BLAKE3, zstd, FastCDC, memcpy: the per-byte work
-//! under the store). docs/benchmarks.md has results.
+//! unlink), `listing_100` (one directory of 100 files listed with and without
+//! attributes, and past its end: what READDIRPLUS and READDIR cost), `copy_64MiB`
+//! (`Fs::copy`, which shares blocks), `overwrite_1_byte` (in the middle of a 64 MiB
+//! file), and `raw` (BLAKE3, zstd, FastCDC, memcpy: the per-byte work under the store).
+//! docs/benchmarks.md has results.
 
 mod common;
 

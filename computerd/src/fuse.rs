@@ -57,6 +57,9 @@ pub struct MountConfig {
     pub passthrough: bool,
     /// Count requests and the time spent on each kind; log the table at unmount.
     pub op_stats: bool,
+    /// Negotiate `FUSE_READDIRPLUS_AUTO`, the kernel's rule of asking for attributes with
+    /// the first page of a listing only (docs/benchmarks.md, "Large directories").
+    pub readdirplus_auto: bool,
 }
 
 /// The filesystem the kernel talks to.
@@ -598,9 +601,19 @@ impl WorkspaceFs {
 
 impl Filesystem for WorkspaceFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Without `FUSE_READDIRPLUS_AUTO` every page of a listing comes with attributes:
+        // a walk that stats, opens or deletes the entries of a large directory sends no
+        // LOOKUP for each, and one that wants names only pays about 3 µs an entry for
+        // the inode the kernel makes. With it, later pages come with attributes only
+        // once a LOOKUP in the directory showed the kernel that someone looks at them:
+        // for `du` or `rm -r`, after they listed the whole directory.
+        let readdirplus_auto = match self.config.readdirplus_auto {
+            true => InitFlags::FUSE_READDIRPLUS_AUTO,
+            false => InitFlags::empty(),
+        };
         let wanted = [
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
+            readdirplus_auto,
             InitFlags::FUSE_PARALLEL_DIROPS,
             // The server drops set-id bits after writes (`write`); in exchange the kernel
             // stops asking for `security.capability` before every write(2) (SB_NOSEC),

@@ -97,6 +97,13 @@ pub struct MountArgs {
     /// At unmount, log how many requests of each kind were served and the time spent.
     #[arg(long)]
     pub op_stats: bool,
+    /// Let the kernel ask for the attributes of a listing's entries with its first page
+    /// of several hundred only (its own default rule), not with every page: a walk that
+    /// only wants names (`find`, `ls`) over a very large directory costs less, one that
+    /// stats, opens or deletes what it lists (`du`, `grep -r`, `rm -r`) a LOOKUP per
+    /// entry past the first page
+    #[arg(long)]
+    pub readdirplus_auto: bool,
     /// Never poll the FUSE device: every worker sleeps until the kernel wakes it. By
     /// default one worker polls once requests have kept coming for about 12 ms, while
     /// the machine has a CPU to spare, which shortens each round trip by about a third.
@@ -283,12 +290,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     let polling = (!args.no_poll).then(|| RequestPolling::new(args.threads));
     let fs = WorkspaceFs::new(
         ws,
-        MountConfig {
-            read_only: args.read_only,
-            writeback_cache: !args.no_writeback_cache,
-            passthrough: !args.no_passthrough,
-            op_stats: args.op_stats,
-        },
+        mount_config(args),
         polling.clone(),
         kernel.notifier_slot(),
     );
@@ -352,6 +354,17 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
 }
 
 /// The FUSE session's settings for a mount of `db`.
+/// How the filesystem answers requests, as the arguments say.
+fn mount_config(args: &MountArgs) -> MountConfig {
+    MountConfig {
+        read_only: args.read_only,
+        writeback_cache: !args.no_writeback_cache,
+        passthrough: !args.no_passthrough,
+        op_stats: args.op_stats,
+        readdirplus_auto: args.readdirplus_auto,
+    }
+}
+
 fn session_config(args: &MountArgs, db: &Path) -> Config {
     let mut config = Config::default();
     config.n_threads = Some(args.threads);

@@ -717,3 +717,36 @@ fn mounting_over_a_non_empty_directory_needs_nonempty() {
     assert!(m.mnt.join("hidden.txt").exists());
     std::fs::remove_file(m.mnt.join("hidden.txt")).unwrap();
 }
+
+/// The LOOKUP requests `du -s` sends over a fresh mount of a directory of 3,000 files,
+/// counted by `--op-stats`.
+fn lookups_of_du(extra: &[&str]) -> u64 {
+    let mut m = Mount::new();
+    m.py("import os\nos.mkdir('big')\nfor i in range(3000): open(f'big/f{i}', 'w').close()");
+    m.unmount();
+    m.mount(&[&["--op-stats"], extra].concat());
+    m.sh("du -s big > /dev/null");
+    m.unmount();
+    let log = m.daemon_log();
+    let row = log
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with("lookup "));
+    row.map_or(0, |row| {
+        row.split_whitespace().nth(1).unwrap().parse().unwrap()
+    })
+}
+
+/// A walk that looks at every entry it lists learns their attributes from the listing
+/// itself; with `--readdirplus-auto`, only the entries of the listing's first page come
+/// with attributes, and each later one costs a LOOKUP.
+#[test]
+fn a_walk_over_a_large_directory_sends_no_lookup_per_entry() {
+    let every_page = lookups_of_du(&[]);
+    let first_page = lookups_of_du(&["--readdirplus-auto"]);
+    assert!(every_page < 10, "the default sent {every_page} LOOKUPs");
+    assert!(
+        first_page > 1000,
+        "--readdirplus-auto sent {first_page} LOOKUPs"
+    );
+}
