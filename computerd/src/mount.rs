@@ -101,7 +101,7 @@ pub struct MountArgs {
     /// of several hundred only (its own default rule), not with every page: a walk that
     /// only wants names (`find`, `ls`) over a very large directory costs less, one that
     /// stats, opens or deletes what it lists (`du`, `grep -r`, `rm -r`) a LOOKUP per
-    /// entry past the first page
+    /// entry past the first page.
     #[arg(long)]
     pub readdirplus_auto: bool,
     /// Never poll the FUSE device: every worker sleeps until the kernel wakes it. By
@@ -353,7 +353,6 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     Ok(())
 }
 
-/// The FUSE session's settings for a mount of `db`.
 /// How the filesystem answers requests, as the arguments say.
 fn mount_config(args: &MountArgs) -> MountConfig {
     MountConfig {
@@ -365,6 +364,7 @@ fn mount_config(args: &MountArgs) -> MountConfig {
     }
 }
 
+/// The FUSE session's settings for a mount of `db`.
 fn session_config(args: &MountArgs, db: &Path) -> Config {
     let mut config = Config::default();
     config.n_threads = Some(args.threads);

@@ -40,36 +40,19 @@ pub fn check_name(name: &[u8]) -> Result<()> {
 /// statement is one literal, made at compile time: the statement cache is keyed by the
 /// text, and these statements serve the commonest requests.
 macro_rules! attr_columns {
-    () => {
-        "ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, revision"
+    ($($alias:literal)?) => {
+        column_list!($($alias)?;
+            ino, kind, perm, uid, gid, nlink, size, atime, mtime, ctime, rdev, revision)
     };
-    ($t:literal) => {
-        concat!(
-            $t,
-            ".ino, ",
-            $t,
-            ".kind, ",
-            $t,
-            ".perm, ",
-            $t,
-            ".uid, ",
-            $t,
-            ".gid, ",
-            $t,
-            ".nlink, ",
-            $t,
-            ".size, ",
-            $t,
-            ".atime, ",
-            $t,
-            ".mtime, ",
-            $t,
-            ".ctime, ",
-            $t,
-            ".rdev, ",
-            $t,
-            ".revision"
-        )
+}
+
+/// `a, b, c`, or with an alias `t.a, t.b, t.c`, as one literal.
+macro_rules! column_list {
+    (; $first:ident $(, $rest:ident)*) => {
+        concat!(stringify!($first) $(, ", ", stringify!($rest))*)
+    };
+    ($alias:literal; $first:ident $(, $rest:ident)*) => {
+        concat!($alias, ".", stringify!($first) $(, ", ", $alias, ".", stringify!($rest))*)
     };
 }
 
