@@ -607,9 +607,10 @@ impl Filesystem for WorkspaceFs {
         // the inode the kernel makes. With it, later pages come with attributes only
         // once a LOOKUP in the directory showed the kernel that someone looks at them:
         // for `du` or `rm -r`, after they listed the whole directory.
-        let readdirplus_auto = match self.config.readdirplus_auto {
-            true => InitFlags::FUSE_READDIRPLUS_AUTO,
-            false => InitFlags::empty(),
+        let readdirplus_auto = if self.config.readdirplus_auto {
+            InitFlags::FUSE_READDIRPLUS_AUTO
+        } else {
+            InitFlags::empty()
         };
         let wanted = [
             InitFlags::FUSE_DO_READDIRPLUS,
@@ -1033,23 +1034,20 @@ impl Filesystem for WorkspaceFs {
         let mut after = offset.saturating_sub(DOT_COOKIES);
         // The first page is read before anything is added: reading it checks that the
         // caller may list the directory, as `opendir` does, and a refusal must be the
-        // whole answer.
-        let mut page = self
-            .ws
-            .readdir(self.caller(req, &process), dir, after, READDIR_BATCH);
-        if offset < 1 && page.is_ok() && reply.add(inode, 1, FileType::Directory, ".") {
+        // whole answer. The later pages of this answer need no second check.
+        let caller = self.caller(req, &process);
+        let mut entries = match self.ws.readdir(caller, dir, after, READDIR_BATCH) {
+            Ok(entries) => entries,
+            Err(err) => return reply.error(errno(&err)),
+        };
+        if offset < 1 && reply.add(inode, 1, FileType::Directory, ".") {
             return reply.ok();
         }
         // The kernel ignores the inode of `..` in a listing; any directory will do.
-        if offset < 2 && page.is_ok() && reply.add(inode, 2, FileType::Directory, "..") {
+        if offset < 2 && reply.add(inode, 2, FileType::Directory, "..") {
             return reply.ok();
         }
-        loop {
-            let entries = match page {
-                Ok(entries) => entries,
-                Err(err) => return reply.error(errno(&err)),
-            };
-            let Some(last) = entries.last() else { break };
+        while let Some(last) = entries.last() {
             after = last.cookie;
             for entry in entries {
                 let name = OsStr::from_bytes(&entry.name);
@@ -1058,9 +1056,10 @@ impl Filesystem for WorkspaceFs {
                     return reply.ok();
                 }
             }
-            page = self
-                .ws
-                .readdir(self.caller(req, &process), dir, after, READDIR_BATCH);
+            entries = match self.ws.readdir(Who::Trusted, dir, after, READDIR_BATCH) {
+                Ok(entries) => entries,
+                Err(err) => return reply.error(errno(&err)),
+            };
         }
         reply.ok()
     }
@@ -1077,27 +1076,21 @@ impl Filesystem for WorkspaceFs {
         let (dir, process) = (ino(inode), RequestProcess::of(req));
         let mut after = offset.saturating_sub(DOT_COOKIES);
         // As in `readdir`: the first page, read first, is the permission check.
-        let mut page = self
-            .ws
-            .readdir_plus(self.caller(req, &process), dir, after, READDIR_BATCH);
-        if let (true, Ok((dir_attr, _))) = (offset < 2, &page) {
-            // The kernel makes no dentries for `.` and `..`: their attributes are unused.
-            let this = file_attr(dir_attr);
-            if offset < 1 && reply.add(inode, 1, ".", &TTL, &this, Generation(0)) {
-                return reply.ok();
-            }
-            if reply.add(inode, 2, "..", &TTL, &this, Generation(0)) {
-                return reply.ok();
-            }
+        let caller = self.caller(req, &process);
+        let (dir_attr, mut entries) = match self.ws.readdir_plus(caller, dir, after, READDIR_BATCH)
+        {
+            Ok(page) => page,
+            Err(err) => return reply.error(errno(&err)),
+        };
+        // The kernel makes no dentries for `.` and `..`: their attributes are unused.
+        let this = file_attr(&dir_attr);
+        if offset < 1 && reply.add(inode, 1, ".", &TTL, &this, Generation(0)) {
+            return reply.ok();
         }
-        loop {
-            let entries = match page {
-                Ok((_, entries)) => entries,
-                Err(err) => return reply.error(errno(&err)),
-            };
-            let Some((last, _)) = entries.last() else {
-                break;
-            };
+        if offset < 2 && reply.add(inode, 2, "..", &TTL, &this, Generation(0)) {
+            return reply.ok();
+        }
+        while let Some((last, _)) = entries.last() {
             after = last.cookie;
             for (entry, attr) in entries {
                 let name = OsStr::from_bytes(&entry.name);
@@ -1107,9 +1100,13 @@ impl Filesystem for WorkspaceFs {
                     return reply.ok();
                 }
             }
-            page = self
+            entries = match self
                 .ws
-                .readdir_plus(self.caller(req, &process), dir, after, READDIR_BATCH);
+                .readdir_plus(Who::Trusted, dir, after, READDIR_BATCH)
+            {
+                Ok((_, entries)) => entries,
+                Err(err) => return reply.error(errno(&err)),
+            };
         }
         reply.ok()
     }

@@ -500,8 +500,10 @@ impl Fs {
         let mut out = Vec::new();
         let mut after = 0;
         loop {
-            let (_, page) =
-                (self.ws.readdir_plus(Who::Trusted, ino, after, 1024)).map_err(|e| e.at(path))?;
+            let (_, page) = self
+                .ws
+                .readdir_plus(Who::Trusted, ino, after, 1024)
+                .map_err(|e| e.at(path))?;
             let Some((last, _)) = page.last() else { break };
             after = last.cookie;
             out.extend(page);
