@@ -5,17 +5,20 @@ Each target gets the same tree, shaped as fsbench's reads tree (10,000 files of 
 1.5 KB in 100 directories), and a clone of a local git repository whose index is
 settled (no racily clean entries, so `git status` reads no file). Then, in rounds that
 alternate the targets, every command runs once per target after one untimed run:
-`find -type f`, `ls -R`, `du -s` over the tree; `git status --porcelain`, `git log -5 --stat` and `grep -r` in the clone; `cat` of
-three files and `echo > f && rm f`. Reports the median and the minimum wall time of each
-command on each target, and the ratio of medians to ext4. Alternating in one loop keeps
-the noise of a shared machine out of the ratios. With `--cold`, the kernel's caches are
-dropped before every timed run (the daemons keep theirs). With `--pause MS`, every timed
-run follows a pause, as an agent's commands follow its thinking: the machine is idle
-when the command starts.
+`find -type f`, `ls -R`, `du -s` over the tree; `git status --porcelain`, `git log -5
+--stat` and `grep -r` in the clone; `cat` of three files and `echo > f && rm f`.
+Reports the median and the minimum wall time of each command on each target, and the
+ratio of medians to ext4. Alternating in one loop keeps the noise of a shared machine
+out of the ratios. With `--cold`, the kernel's caches are dropped before every timed
+run (the daemons keep theirs). With `--pause MS`, every timed run follows a pause, as
+an agent's commands follow its thinking: the machine is idle when the command starts.
+With `--large`, the targets get two large directories instead (1,000 and 10,000 small
+files), listed more pages than one: `ls -l`, `du -s`, `ls -f`, `find -type f`, `grep -r`.
 
     python3 benches/walks.py --computerd after=target/release/computerd
                              [--computerd "before=/tmp/computerd-old --no-poll"]
-                             [--rounds 30] [--cold] [--pause MS] [--repo .] [--work DIR]
+                             [--rounds 30] [--cold] [--pause MS] [--large]
+                             [--repo .] [--work DIR]
 
 A `--computerd` value is NAME=BIN, then any `computerd mount` options.
 
@@ -46,6 +49,23 @@ COMMANDS = {
 }
 
 
+LARGE_COMMANDS = {
+    "ls -l mid": ["ls", "-l", "mid"],
+    "du -s big": ["du", "-s", "big"],
+    "ls -f big": ["ls", "-f", "big"],
+    "find big -type f": ["find", "big", "-type", "f"],
+    "grep -r big": ["grep", "-r", "--count", "x", "big"],
+}
+
+
+def make_large_dirs(root):
+    for name, count in (("mid", 1000), ("big", 10000)):
+        os.mkdir(os.path.join(root, name))
+        for i in range(count):
+            with open(os.path.join(root, name, f"file_{i:05}.txt"), "w") as out:
+                out.write(f"x{i}\n")
+
+
 def make_tree(root):
     for d in range(100):
         os.mkdir(os.path.join(root, f"d{d:03}"))
@@ -64,7 +84,9 @@ def settled_clone(source, dest):
                    stdout=subprocess.DEVNULL)
 
 
-def prepare(directory, source):
+def prepare(directory, source, large):
+    if large:
+        return make_large_dirs(directory)
     os.makedirs(os.path.join(directory, "tree"))
     make_tree(os.path.join(directory, "tree"))
     settled_clone(source, os.path.join(directory, "repo"))
@@ -98,6 +120,8 @@ def main():
                         help="drop the kernel's caches before every timed run")
     parser.add_argument("--pause", type=float, default=0, metavar="MS",
                         help="sleep this long before every timed run")
+    parser.add_argument("--large", action="store_true",
+                        help="two large directories and the walks over them instead")
     parser.add_argument("--repo", default=os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), help="the git repository to clone")
     parser.add_argument("--work", help="where the targets go (default: a temp dir)")
@@ -113,17 +137,18 @@ def main():
             targets[name] = mount(binary, work, name)
             mounted.append(targets[name])
         for directory in targets.values():
-            prepare(directory, args.repo)
-        times = {(t, c): [] for t in targets for c in COMMANDS}
+            prepare(directory, args.repo, args.large)
+        commands = LARGE_COMMANDS if args.large else COMMANDS
+        times = {(t, c): [] for t in targets for c in commands}
         for target, directory in targets.items():
-            for command, argv in COMMANDS.items():
+            for command, argv in commands.items():
                 time_once(argv, directory)
         for _ in range(args.rounds):
-            for command, argv in COMMANDS.items():
+            for command, argv in commands.items():
                 for target, directory in targets.items():
                     elapsed = time_once(argv, directory, args.cold, args.pause)
                     times[(target, command)].append(elapsed)
-        report(targets, times, args.rounds, args.cold, args.pause)
+        report(targets, commands, times, args.rounds, args.cold, args.pause)
     finally:
         for mnt in mounted:
             subprocess.run(["umount", mnt], check=False)
@@ -131,13 +156,13 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report(targets, times, rounds, cold, pause_ms):
+def report(targets, commands, times, rounds, cold, pause_ms):
     caches = "cold" if cold else "warm"
     after = f", each after a {pause_ms:g} ms pause" if pause_ms else ""
     print(f"{caches}{after}: median (min) ms of {rounds} rounds; ratio of medians to ext4")
     print("| command | " + " | ".join(targets) + " |")
     print("|---|" + "---:|" * len(targets))
-    for command in COMMANDS:
+    for command in commands:
         base = statistics.median(times[("ext4", command)])
         cells = []
         for target in targets:
