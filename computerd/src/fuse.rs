@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::fuse_reply::{self as answer, errno, Fallible};
 use crate::poll::RequestPolling;
 use computer_vfs::{
     Access, Attr, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, NewNode,
@@ -44,7 +45,7 @@ const TTL: Duration = Duration::from_secs(3600);
 /// `st_blksize`: the I/O size tools like `cp` and `cat` pick.
 const BLOCK_SIZE_HINT: u32 = 128 << 10;
 /// Largest write request the kernel sends (it caps at 256 pages anyway).
-const MAX_WRITE: u32 = 1 << 20;
+pub(crate) const MAX_WRITE: u32 = 1 << 20;
 /// Directory entries fetched from the store per batch while filling a reply.
 const READDIR_BATCH: usize = 256;
 
@@ -60,20 +61,24 @@ pub struct MountConfig {
     /// Negotiate `FUSE_READDIRPLUS_AUTO`, the kernel's rule of asking for attributes with
     /// the first page of a listing only (docs/benchmarks.md, "Large directories").
     pub readdirplus_auto: bool,
+    /// Ask the kernel to carry requests over io_uring (`fuse_ring`).
+    pub io_uring: bool,
 }
 
-/// The filesystem the kernel talks to.
+/// The filesystem the kernel talks to. A clone shares everything with the original:
+/// fuser's session owns one, the io_uring queues (`fuse_ring`) serve through another.
+#[derive(Clone)]
 pub struct WorkspaceFs {
     ws: Workspace,
     config: MountConfig,
     /// Whether the kernel agreed to write back through its page cache.
-    writeback: bool,
+    writeback: Arc<AtomicBool>,
     /// Whether the kernel agreed to passthrough (exclusive with `writeback`).
-    passthrough: AtomicBool,
+    passthrough: Arc<AtomicBool>,
     /// The kernel's registration of each staging file in use: one per inode, shared by
     /// its handles, dropped (BACKING_CLOSE) with the last of them.
-    backing: Mutex<BackingTable>,
-    stats: Option<OpStats>,
+    backing: Arc<Mutex<BackingTable>>,
+    stats: Option<Arc<OpStats>>,
     /// `fs.protected_hardlinks` as this host sets it: the rule links follow.
     protected_hardlinks: bool,
     /// Told of every request; polls the device while they come close together.
@@ -83,7 +88,7 @@ pub struct WorkspaceFs {
     notifier: Arc<OnceLock<Notifier>>,
     /// The kernel opens directories without asking once OPENDIR answers ENOSYS (it said
     /// so in INIT: `FUSE_NO_OPENDIR_SUPPORT`); see `opendir`.
-    opendir_skipped: bool,
+    opendir_skipped: Arc<AtomicBool>,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -133,27 +138,27 @@ impl WorkspaceFs {
     ) -> WorkspaceFs {
         WorkspaceFs {
             ws,
-            writeback: false,
-            passthrough: AtomicBool::new(false),
-            backing: Mutex::new(BackingTable::default()),
-            stats: config.op_stats.then(OpStats::default),
+            writeback: Arc::default(),
+            passthrough: Arc::default(),
+            backing: Arc::default(),
+            stats: config.op_stats.then(Arc::default),
             config,
             protected_hardlinks: protected_hardlinks(),
             polling,
             notifier,
-            opendir_skipped: false,
+            opendir_skipped: Arc::default(),
         }
     }
 
-    /// Who the process behind `req` is, for the store's permission checks.
-    fn credentials<'a>(&self, req: &Request, process: &'a RequestProcess) -> Credentials<'a> {
-        Credentials::new(req.uid(), req.gid(), process)
+    /// Who the process behind a request is, for the store's permission checks.
+    fn credentials<'a>(&self, sender: &Sender, process: &'a RequestProcess) -> Credentials<'a> {
+        Credentials::new(sender.uid, sender.gid, process)
             .protected_hardlinks(self.protected_hardlinks)
     }
 
-    /// The process behind `req`, as the one who asks for an operation.
-    fn caller<'a>(&self, req: &Request, process: &'a RequestProcess) -> Who<'a> {
-        Who::Caller(self.credentials(req, process))
+    /// The process behind a request, as the one who asks for an operation.
+    fn caller<'a>(&self, sender: &Sender, process: &'a RequestProcess) -> Who<'a> {
+        Who::Caller(self.credentials(sender, process))
     }
 
     /// Marks the start of a request: counts it (with `--op-stats`) and tells the poller.
@@ -163,7 +168,7 @@ impl WorkspaceFs {
             polling.request_arrived();
         }
         OpTimer {
-            stats: self.stats.as_ref(),
+            stats: self.stats.as_deref(),
             polling: self.polling.as_deref(),
             op,
             started: std::time::Instant::now(),
@@ -244,56 +249,6 @@ impl WorkspaceFs {
             table.by_inode.remove(&inode.0);
         }
     }
-}
-
-/// What every fuser reply shares: it can carry an errno instead of its answer. fuser
-/// gives each reply type its own `error` method but no trait over them.
-trait ErrnoReply: Sized {
-    fn fail(self, err: Errno);
-
-    /// Answers with `ok` for a value, or with the errno of an error: the one way a
-    /// handler turns the store's result into a reply.
-    fn answer<T>(self, result: Result<T, Error>, ok: impl FnOnce(Self, T)) {
-        match result {
-            Ok(value) => ok(self, value),
-            Err(err) => self.fail(errno(&err)),
-        }
-    }
-}
-
-macro_rules! errno_reply {
-    ($($reply:ty),*) => {$(
-        impl ErrnoReply for $reply {
-            fn fail(self, err: Errno) {
-                self.error(err)
-            }
-        }
-    )*};
-}
-
-errno_reply!(
-    ReplyAttr,
-    ReplyCreate,
-    ReplyData,
-    ReplyDirectory,
-    ReplyDirectoryPlus,
-    ReplyEmpty,
-    ReplyEntry,
-    ReplyLseek,
-    ReplyOpen,
-    ReplyStatfs,
-    ReplyWrite,
-    ReplyXattr
-);
-
-fn errno(err: &Error) -> Errno {
-    match err {
-        Error::Corrupt { .. } | Error::Storage { .. } | Error::Io { .. } => {
-            tracing::error!("failed to serve a request: {err}");
-        }
-        _ => tracing::debug!("request failed: {err}"),
-    }
-    Errno::from_i32(err.errno())
 }
 
 fn system_time(ns: TimestampNs) -> SystemTime {
@@ -438,10 +393,10 @@ struct ProcessCredentials {
 }
 
 impl RequestProcess {
-    pub fn of(req: &Request) -> RequestProcess {
+    pub fn of(sender: &Sender) -> RequestProcess {
         RequestProcess {
-            tid: req.pid(),
-            uid: req.uid(),
+            tid: sender.pid,
+            uid: sender.uid,
             status: std::cell::OnceCell::new(),
         }
     }
@@ -490,11 +445,31 @@ impl CallerInfo for RequestProcess {
     }
 }
 
+/// Who sent a request, as its header says: what a handler needs of it, whichever
+/// transport carried it.
+#[derive(Clone, Copy, Debug)]
+pub struct Sender {
+    pub uid: u32,
+    pub gid: u32,
+    /// The thread that made the call, in the kernel's view (0 for the kernel's own).
+    pub pid: u32,
+}
+
+impl Sender {
+    pub fn of(req: &Request) -> Sender {
+        Sender {
+            uid: req.uid(),
+            gid: req.gid(),
+            pid: req.pid(),
+        }
+    }
+}
+
 /// The cookie the kernel hands back for an entry: `.` is 1, `..` is 2, store cookies follow.
 const DOT_COOKIES: u64 = 2;
 
 impl WorkspaceFs {
-    fn reply_entry(&self, reply: ReplyEntry, result: computer_vfs::Result<Attr>) {
+    fn reply_entry(&self, reply: impl answer::Entry, result: computer_vfs::Result<Attr>) {
         reply.answer(result, |reply, attr| {
             reply.entry(&TTL, &file_attr(&attr), Generation(0))
         })
@@ -509,8 +484,8 @@ impl WorkspaceFs {
         inode: INodeNo,
         handle: FileHandle,
     ) -> computer_vfs::Result<()> {
-        let process = RequestProcess::of(req);
-        let writer = self.caller(req, &process);
+        let process = RequestProcess::of(&Sender::of(req));
+        let writer = self.caller(&Sender::of(req), &process);
         if self.ws.drop_setid_after_write(writer, fh(handle))? {
             if let Some(notifier) = self.notifier.get() {
                 let _ = notifier.inval_inode(inode, -1, 0);
@@ -531,7 +506,7 @@ impl WorkspaceFs {
     fn open_flags(&self, flags: i32) -> OpenFlags {
         let mut flags = OpenFlags::from_libc(flags);
         // With writeback caching the kernel computes append offsets itself.
-        if self.writeback {
+        if self.writeback.load(Ordering::Relaxed) {
             flags.append = false;
         }
         flags
@@ -539,7 +514,13 @@ impl WorkspaceFs {
 
     /// The answer to an `open`: through passthrough if the store staged the file and the
     /// kernel takes it, otherwise served by the daemon.
-    fn reply_opened(&self, reply: ReplyOpen, inode: INodeNo, opened: &Opened, writes: bool) {
+    fn reply_opened(
+        &self,
+        reply: impl answer::Open,
+        inode: INodeNo,
+        opened: &Opened,
+        writes: bool,
+    ) {
         let handle = opened.handle.0;
         if let Some(staged) = &opened.staged {
             if !opened.passthrough {
@@ -599,6 +580,297 @@ impl WorkspaceFs {
     }
 }
 
+/// The handlers of the requests both transports carry: fuser's `Filesystem` methods
+/// below call them with fuser's replies, the io_uring queues (`fuse_ring`) with theirs.
+impl WorkspaceFs {
+    pub(crate) fn serve_lookup(
+        &self,
+        sender: &Sender,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: impl answer::Entry,
+    ) {
+        let _timer = self.timer("lookup");
+        let process = RequestProcess::of(sender);
+        match self
+            .ws
+            .lookup(self.caller(sender, &process), ino(parent), name.as_bytes())
+        {
+            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
+            // Cached as long as a positive entry: names appear only through this
+            // kernel (which replaces the negative entry itself) or through a sync,
+            // which invalidates each name it adds. git and compilers probe many.
+            Err(Error::NotFound(_)) => reply.entry(&TTL, &negative_attr(), Generation(0)),
+            Err(err) => reply.fail(errno(&err)),
+        }
+    }
+
+    pub(crate) fn serve_getattr(&self, inode: INodeNo, reply: impl answer::Attr) {
+        let _timer = self.timer("getattr");
+        reply.answer(self.ws.getattr(ino(inode)), |reply, attr| {
+            reply.attr(&TTL, &file_attr(&attr))
+        })
+    }
+
+    pub(crate) fn serve_readlink(&self, inode: INodeNo, reply: impl answer::Data) {
+        let _timer = self.timer("readlink");
+        reply.answer(self.ws.readlink(ino(inode)), |reply, target| {
+            reply.data(&target)
+        })
+    }
+
+    pub(crate) fn serve_open(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        flags: i32,
+        reply: impl answer::Open,
+    ) {
+        let _timer = self.timer("open");
+        let flags = self.open_flags(flags);
+        let passthrough = self.passthrough.load(Ordering::Relaxed);
+        let process = RequestProcess::of(sender);
+        let who = self.caller(sender, &process);
+        let opened = self.ws.open_for_kernel(who, ino(inode), flags, passthrough);
+        reply.answer(opened, |reply, opened| {
+            self.reply_opened(reply, inode, &opened, flags.write)
+        });
+    }
+
+    pub(crate) fn serve_read(
+        &self,
+        handle: FileHandle,
+        offset: u64,
+        size: u32,
+        reply: impl answer::Data,
+    ) {
+        let _timer = self.timer("read");
+        let result = self.ws.read(fh(handle), offset, size as usize);
+        reply.answer(result, |reply, data| reply.data(&data))
+    }
+
+    pub(crate) fn serve_flush(&self, handle: FileHandle, reply: impl answer::Empty) {
+        let _timer = self.timer("flush");
+        reply.answer(self.ws.flush(fh(handle)), |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_release(
+        &self,
+        inode: INodeNo,
+        handle: FileHandle,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("release");
+        self.forget_backing(handle.0, inode);
+        reply.answer(self.ws.release(fh(handle)), |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_fsync(
+        &self,
+        handle: FileHandle,
+        datasync: bool,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("fsync");
+        reply.answer(self.ws.fsync(fh(handle), datasync), |reply, ()| reply.ok())
+    }
+
+    /// Answered ENOSYS where the kernel can take it, so that it opens every directory of
+    /// this connection without asking (`no_opendir`): a walk over a tree the kernel has
+    /// cached (`find`, `git status`) then costs no round trip per directory. The kernel
+    /// keeps each listing (`FOPEN_CACHE_DIR`, its default for such a connection); it
+    /// drops one itself when a request through this mount changes the directory, and is
+    /// told to when another route does (`replica::KernelCache`) or the directory's mode
+    /// or owner changes (`setattr`). The read permission a listing needs is checked when
+    /// the listing is read from the daemon (the store's `readdir` and `readdir_plus`
+    /// check what `opendir` checks), and here too for a kernel that keeps asking.
+    pub(crate) fn serve_opendir(&self, sender: &Sender, inode: INodeNo, reply: impl answer::Open) {
+        let _timer = self.timer("opendir");
+        if self.opendir_skipped.load(Ordering::Relaxed) {
+            return reply.fail(Errno::ENOSYS);
+        }
+        let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+        let process = RequestProcess::of(sender);
+        let result = self.ws.opendir(self.caller(sender, &process), ino(inode));
+        reply.answer(result, |reply, _| reply.opened(FileHandle(0), cached))
+    }
+
+    pub(crate) fn serve_readdir(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        offset: u64,
+        mut reply: impl answer::Directory,
+    ) {
+        let _timer = self.timer("readdir");
+        let (dir, process) = (ino(inode), RequestProcess::of(sender));
+        let mut after = offset.saturating_sub(DOT_COOKIES);
+        // The first page is read before anything is added: reading it checks that the
+        // caller may list the directory, as `opendir` does, and a refusal must be the
+        // whole answer. The later pages of this answer need no second check.
+        let caller = self.caller(sender, &process);
+        let mut entries = match self.ws.readdir(caller, dir, after, READDIR_BATCH) {
+            Ok(entries) => entries,
+            Err(err) => return reply.fail(errno(&err)),
+        };
+        if offset < 1 && reply.add(inode, 1, FileType::Directory, OsStr::new(".")) {
+            return reply.ok();
+        }
+        // The kernel ignores the inode of `..` in a listing; any directory will do.
+        if offset < 2 && reply.add(inode, 2, FileType::Directory, OsStr::new("..")) {
+            return reply.ok();
+        }
+        while let Some(last) = entries.last() {
+            after = last.cookie;
+            for entry in entries {
+                let name = OsStr::from_bytes(&entry.name);
+                let (node, cookie) = (INodeNo(entry.ino.0), entry.cookie + DOT_COOKIES);
+                if reply.add(node, cookie, file_type(entry.kind), name) {
+                    return reply.ok();
+                }
+            }
+            entries = match self.ws.readdir(Who::Trusted, dir, after, READDIR_BATCH) {
+                Ok(entries) => entries,
+                Err(err) => return reply.fail(errno(&err)),
+            };
+        }
+        reply.ok()
+    }
+
+    pub(crate) fn serve_readdirplus(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        offset: u64,
+        mut reply: impl answer::DirectoryPlus,
+    ) {
+        let _timer = self.timer("readdirplus");
+        let (dir, process) = (ino(inode), RequestProcess::of(sender));
+        let mut after = offset.saturating_sub(DOT_COOKIES);
+        // As in `readdir`: the first page, read first, is the permission check.
+        let caller = self.caller(sender, &process);
+        let (dir_attr, mut entries) = match self.ws.readdir_plus(caller, dir, after, READDIR_BATCH)
+        {
+            Ok(page) => page,
+            Err(err) => return reply.fail(errno(&err)),
+        };
+        // The kernel makes no dentries for `.` and `..`: their attributes are unused.
+        let this = file_attr(&dir_attr);
+        if offset < 1 && reply.add(inode, 1, OsStr::new("."), &TTL, &this, Generation(0)) {
+            return reply.ok();
+        }
+        if offset < 2 && reply.add(inode, 2, OsStr::new(".."), &TTL, &this, Generation(0)) {
+            return reply.ok();
+        }
+        while let Some((last, _)) = entries.last() {
+            after = last.cookie;
+            for (entry, attr) in entries {
+                let name = OsStr::from_bytes(&entry.name);
+                let (node, cookie) = (INodeNo(entry.ino.0), entry.cookie + DOT_COOKIES);
+                let attr = file_attr(&attr);
+                if reply.add(node, cookie, name, &TTL, &attr, Generation(0)) {
+                    return reply.ok();
+                }
+            }
+            entries = match self
+                .ws
+                .readdir_plus(Who::Trusted, dir, after, READDIR_BATCH)
+            {
+                Ok((_, entries)) => entries,
+                Err(err) => return reply.fail(errno(&err)),
+            };
+        }
+        reply.ok()
+    }
+
+    pub(crate) fn serve_fsyncdir(&self, reply: impl answer::Empty) {
+        let _timer = self.timer("fsyncdir");
+        reply.answer(self.ws.sync_entries(), |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_statfs(&self, reply: impl answer::Statfs) {
+        let _timer = self.timer("statfs");
+        reply.answer(self.ws.statfs(), |reply, s| {
+            reply.statfs(
+                s.blocks_total,
+                s.blocks_free,
+                s.blocks_free,
+                s.inodes_total,
+                s.inodes_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            )
+        })
+    }
+
+    pub(crate) fn serve_getxattr(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        name: &OsStr,
+        size: u32,
+        reply: impl answer::Xattr,
+    ) {
+        let _timer = self.timer("getxattr");
+        let process = RequestProcess::of(sender);
+        let result = self
+            .ws
+            .getxattr(self.caller(sender, &process), ino(inode), name.as_bytes());
+        reply.answer(result, |reply, value| reply_xattr(reply, size, &value))
+    }
+
+    pub(crate) fn serve_listxattr(&self, inode: INodeNo, size: u32, reply: impl answer::Xattr) {
+        let _timer = self.timer("listxattr");
+        reply.answer(self.ws.listxattr(ino(inode)), |reply, names| {
+            // The kernel's format: each name followed by a NUL.
+            let list: Vec<u8> = names
+                .iter()
+                .flat_map(|name| name.iter().copied().chain([0]))
+                .collect();
+            reply_xattr(reply, size, &list)
+        })
+    }
+
+    pub(crate) fn serve_access(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        mask: i32,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("access");
+        // Sent for access(2) and chdir(2) when the kernel leaves permissions to us.
+        let want = Access::from_mask(mask);
+        let process = RequestProcess::of(sender);
+        let result = self
+            .ws
+            .access(&self.credentials(sender, &process), ino(inode), want);
+        reply.answer(result, |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_lseek(
+        &self,
+        inode: INodeNo,
+        offset: i64,
+        whence: i32,
+        reply: impl answer::Lseek,
+    ) {
+        let _timer = self.timer("lseek");
+        // Holes are not reported: all data up to the size, one hole at the end, as
+        // filesystems without hole tracking answer.
+        reply.answer(self.ws.getattr(ino(inode)), |reply, attr| {
+            let size = attr.size as i64;
+            match whence {
+                libc::SEEK_DATA if offset < size => reply.offset(offset),
+                libc::SEEK_HOLE if offset < size => reply.offset(size),
+                libc::SEEK_DATA | libc::SEEK_HOLE => reply.fail(Errno::ENXIO),
+                _ => reply.fail(Errno::EINVAL),
+            }
+        })
+    }
+}
+
 impl Filesystem for WorkspaceFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Without `FUSE_READDIRPLUS_AUTO` every page of a listing comes with attributes:
@@ -629,9 +901,17 @@ impl Filesystem for WorkspaceFs {
                 tracing::info!("kernel does not offer {flag:?}");
             }
         }
-        self.opendir_skipped = config
+        if self.config.io_uring
+            && config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_err()
+        {
+            tracing::warn!("the kernel does not offer FUSE over io_uring here");
+        }
+        let skip_opendir = config
             .capabilities()
             .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.opendir_skipped.store(skip_opendir, Ordering::Relaxed);
         // Passthrough and the writeback cache exclude each other (the kernel refuses
         // backing files once writeback is negotiated); passthrough wins where offered.
         let writable = !self.config.read_only;
@@ -642,9 +922,10 @@ impl Filesystem for WorkspaceFs {
             }
         }
         if writable && self.config.writeback_cache && !self.passthrough.load(Ordering::Relaxed) {
-            self.writeback = config
+            let writeback = config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
                 .is_ok();
+            self.writeback.store(writeback, Ordering::Relaxed);
         }
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
@@ -652,7 +933,7 @@ impl Filesystem for WorkspaceFs {
         let _ = config.set_max_background(64);
         let _ = config.set_time_granularity(Duration::from_nanos(1));
         tracing::info!(
-            writeback = self.writeback,
+            writeback = self.writeback.load(Ordering::Relaxed),
             passthrough = self.passthrough.load(Ordering::Relaxed),
             "FUSE session initialised"
         );
@@ -672,26 +953,11 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _timer = self.timer("lookup");
-        let process = RequestProcess::of(req);
-        match self
-            .ws
-            .lookup(self.caller(req, &process), ino(parent), name.as_bytes())
-        {
-            Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
-            // Cached as long as a positive entry: names appear only through this
-            // kernel (which replaces the negative entry itself) or through a sync,
-            // which invalidates each name it adds. git and compilers probe many.
-            Err(Error::NotFound(_)) => reply.entry(&TTL, &negative_attr(), Generation(0)),
-            Err(err) => reply.error(errno(&err)),
-        }
+        self.serve_lookup(&Sender::of(req), parent, name, reply)
     }
 
     fn getattr(&self, _req: &Request, inode: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _timer = self.timer("getattr");
-        reply.answer(self.ws.getattr(ino(inode)), |reply, attr| {
-            reply.attr(&TTL, &file_attr(&attr))
-        })
+        self.serve_getattr(inode, reply)
     }
 
     fn setattr(
@@ -725,10 +991,12 @@ impl Filesystem for WorkspaceFs {
         };
         // Set-id bits: with FUSE_HANDLE_KILLPRIV_V2 the store drops them after a chown
         // or truncate (`Workspace::setattr`) and after a write (`write`).
-        let process = RequestProcess::of(req);
-        let result = self
-            .ws
-            .setattr(self.caller(req, &process), ino(inode), &changes);
+        let process = RequestProcess::of(&Sender::of(req));
+        let result = self.ws.setattr(
+            self.caller(&Sender::of(req), &process),
+            ino(inode),
+            &changes,
+        );
         let permissions_changed =
             changes.perm.is_some() || changes.uid.is_some() || changes.gid.is_some();
         let listing_stale = permissions_changed && matches!(&result, Ok(attr) if attr.is_dir());
@@ -739,10 +1007,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn readlink(&self, _req: &Request, inode: INodeNo, reply: ReplyData) {
-        let _timer = self.timer("readlink");
-        reply.answer(self.ws.readlink(ino(inode)), |reply, target| {
-            reply.data(&target)
-        })
+        self.serve_readlink(inode, reply)
     }
 
     fn mknod(
@@ -762,9 +1027,9 @@ impl Filesystem for WorkspaceFs {
         if matches!(kind, FileKind::Directory | FileKind::Symlink) {
             return reply.error(Errno::EINVAL);
         }
-        let process = RequestProcess::of(req);
+        let process = RequestProcess::of(&Sender::of(req));
         let result = self.ws.mknod(
-            self.caller(req, &process),
+            self.caller(&Sender::of(req), &process),
             ino(parent),
             name.as_bytes(),
             kind,
@@ -784,9 +1049,9 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEntry,
     ) {
         let _timer = self.timer("mkdir");
-        let process = RequestProcess::of(req);
+        let process = RequestProcess::of(&Sender::of(req));
         let result = self.ws.mkdir(
-            self.caller(req, &process),
+            self.caller(&Sender::of(req), &process),
             ino(parent),
             name.as_bytes(),
             NewNode::new(mode & 0o7777),
@@ -796,19 +1061,23 @@ impl Filesystem for WorkspaceFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("unlink");
-        let process = RequestProcess::of(req);
-        let result = self
-            .ws
-            .unlink(self.caller(req, &process), ino(parent), name.as_bytes());
+        let process = RequestProcess::of(&Sender::of(req));
+        let result = self.ws.unlink(
+            self.caller(&Sender::of(req), &process),
+            ino(parent),
+            name.as_bytes(),
+        );
         reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("rmdir");
-        let process = RequestProcess::of(req);
-        let result = self
-            .ws
-            .rmdir(self.caller(req, &process), ino(parent), name.as_bytes());
+        let process = RequestProcess::of(&Sender::of(req));
+        let result = self.ws.rmdir(
+            self.caller(&Sender::of(req), &process),
+            ino(parent),
+            name.as_bytes(),
+        );
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -821,9 +1090,9 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEntry,
     ) {
         let _timer = self.timer("symlink");
-        let process = RequestProcess::of(req);
+        let process = RequestProcess::of(&Sender::of(req));
         let result = self.ws.symlink(
-            self.caller(req, &process),
+            self.caller(&Sender::of(req), &process),
             ino(parent),
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
@@ -851,9 +1120,9 @@ impl Filesystem for WorkspaceFs {
             no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
         };
-        let process = RequestProcess::of(req);
+        let process = RequestProcess::of(&Sender::of(req));
         let result = self.ws.rename(
-            self.caller(req, &process),
+            self.caller(&Sender::of(req), &process),
             ino(parent),
             name.as_bytes(),
             ino(newparent),
@@ -872,9 +1141,9 @@ impl Filesystem for WorkspaceFs {
         reply: ReplyEntry,
     ) {
         let _timer = self.timer("link");
-        let process = RequestProcess::of(req);
+        let process = RequestProcess::of(&Sender::of(req));
         let result = self.ws.link(
-            self.caller(req, &process),
+            self.caller(&Sender::of(req), &process),
             ino(inode),
             ino(newparent),
             newname.as_bytes(),
@@ -883,15 +1152,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn open(&self, req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
-        let _timer = self.timer("open");
-        let flags = self.open_flags(flags.0);
-        let passthrough = self.passthrough.load(Ordering::Relaxed);
-        let process = RequestProcess::of(req);
-        let who = self.caller(req, &process);
-        let opened = self.ws.open_for_kernel(who, ino(inode), flags, passthrough);
-        reply.answer(opened, |reply, opened| {
-            self.reply_opened(reply, inode, &opened, flags.write)
-        });
+        self.serve_open(&Sender::of(req), inode, flags.0, reply)
     }
 
     fn create(
@@ -907,9 +1168,9 @@ impl Filesystem for WorkspaceFs {
         let _timer = self.timer("create");
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
-        let process = RequestProcess::of(req);
+        let process = RequestProcess::of(&Sender::of(req));
         let created = self.ws.create_for_kernel(
-            self.caller(req, &process),
+            self.caller(&Sender::of(req), &process),
             ino(parent),
             name.as_bytes(),
             NewNode::new(mode & 0o7777),
@@ -932,9 +1193,7 @@ impl Filesystem for WorkspaceFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _timer = self.timer("read");
-        let result = self.ws.read(fh(handle), offset, size as usize);
-        reply.answer(result, |reply, data| reply.data(&data))
+        self.serve_read(handle, offset, size, reply)
     }
 
     fn write(
@@ -970,8 +1229,7 @@ impl Filesystem for WorkspaceFs {
         _owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.timer("flush");
-        reply.answer(self.ws.flush(fh(handle)), |reply, ()| reply.ok())
+        self.serve_flush(handle, reply)
     }
 
     fn release(
@@ -984,9 +1242,7 @@ impl Filesystem for WorkspaceFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.timer("release");
-        self.forget_backing(handle.0, inode);
-        reply.answer(self.ws.release(fh(handle)), |reply, ()| reply.ok())
+        self.serve_release(inode, handle, reply)
     }
 
     fn fsync(
@@ -997,28 +1253,11 @@ impl Filesystem for WorkspaceFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.timer("fsync");
-        reply.answer(self.ws.fsync(fh(handle), datasync), |reply, ()| reply.ok())
+        self.serve_fsync(handle, datasync, reply)
     }
 
-    /// Answered ENOSYS where the kernel can take it, so that it opens every directory of
-    /// this connection without asking (`no_opendir`): a walk over a tree the kernel has
-    /// cached (`find`, `git status`) then costs no round trip per directory. The kernel
-    /// keeps each listing (`FOPEN_CACHE_DIR`, its default for such a connection); it
-    /// drops one itself when a request through this mount changes the directory, and is
-    /// told to when another route does (`replica::KernelCache`) or the directory's mode
-    /// or owner changes (`setattr`). The read permission a listing needs is checked when
-    /// the listing is read from the daemon (the store's `readdir` and `readdir_plus`
-    /// check what `opendir` checks), and here too for a kernel that keeps asking.
     fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
-        let _timer = self.timer("opendir");
-        if self.opendir_skipped {
-            return reply.error(Errno::ENOSYS);
-        }
-        let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-        let process = RequestProcess::of(req);
-        let result = self.ws.opendir(self.caller(req, &process), ino(inode));
-        reply.answer(result, |reply, _| reply.opened(FileHandle(0), cached))
+        self.serve_opendir(&Sender::of(req), inode, reply)
     }
 
     fn readdir(
@@ -1027,41 +1266,9 @@ impl Filesystem for WorkspaceFs {
         inode: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let _timer = self.timer("readdir");
-        let (dir, process) = (ino(inode), RequestProcess::of(req));
-        let mut after = offset.saturating_sub(DOT_COOKIES);
-        // The first page is read before anything is added: reading it checks that the
-        // caller may list the directory, as `opendir` does, and a refusal must be the
-        // whole answer. The later pages of this answer need no second check.
-        let caller = self.caller(req, &process);
-        let mut entries = match self.ws.readdir(caller, dir, after, READDIR_BATCH) {
-            Ok(entries) => entries,
-            Err(err) => return reply.error(errno(&err)),
-        };
-        if offset < 1 && reply.add(inode, 1, FileType::Directory, ".") {
-            return reply.ok();
-        }
-        // The kernel ignores the inode of `..` in a listing; any directory will do.
-        if offset < 2 && reply.add(inode, 2, FileType::Directory, "..") {
-            return reply.ok();
-        }
-        while let Some(last) = entries.last() {
-            after = last.cookie;
-            for entry in entries {
-                let name = OsStr::from_bytes(&entry.name);
-                let (node, cookie) = (INodeNo(entry.ino.0), entry.cookie + DOT_COOKIES);
-                if reply.add(node, cookie, file_type(entry.kind), name) {
-                    return reply.ok();
-                }
-            }
-            entries = match self.ws.readdir(Who::Trusted, dir, after, READDIR_BATCH) {
-                Ok(entries) => entries,
-                Err(err) => return reply.error(errno(&err)),
-            };
-        }
-        reply.ok()
+        self.serve_readdir(&Sender::of(req), inode, offset, reply)
     }
 
     fn readdirplus(
@@ -1070,45 +1277,9 @@ impl Filesystem for WorkspaceFs {
         inode: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        let _timer = self.timer("readdirplus");
-        let (dir, process) = (ino(inode), RequestProcess::of(req));
-        let mut after = offset.saturating_sub(DOT_COOKIES);
-        // As in `readdir`: the first page, read first, is the permission check.
-        let caller = self.caller(req, &process);
-        let (dir_attr, mut entries) = match self.ws.readdir_plus(caller, dir, after, READDIR_BATCH)
-        {
-            Ok(page) => page,
-            Err(err) => return reply.error(errno(&err)),
-        };
-        // The kernel makes no dentries for `.` and `..`: their attributes are unused.
-        let this = file_attr(&dir_attr);
-        if offset < 1 && reply.add(inode, 1, ".", &TTL, &this, Generation(0)) {
-            return reply.ok();
-        }
-        if offset < 2 && reply.add(inode, 2, "..", &TTL, &this, Generation(0)) {
-            return reply.ok();
-        }
-        while let Some((last, _)) = entries.last() {
-            after = last.cookie;
-            for (entry, attr) in entries {
-                let name = OsStr::from_bytes(&entry.name);
-                let (node, cookie) = (INodeNo(entry.ino.0), entry.cookie + DOT_COOKIES);
-                let attr = file_attr(&attr);
-                if reply.add(node, cookie, name, &TTL, &attr, Generation(0)) {
-                    return reply.ok();
-                }
-            }
-            entries = match self
-                .ws
-                .readdir_plus(Who::Trusted, dir, after, READDIR_BATCH)
-            {
-                Ok((_, entries)) => entries,
-                Err(err) => return reply.error(errno(&err)),
-            };
-        }
-        reply.ok()
+        self.serve_readdirplus(&Sender::of(req), inode, offset, reply)
     }
 
     fn fsyncdir(
@@ -1119,24 +1290,11 @@ impl Filesystem for WorkspaceFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.timer("fsyncdir");
-        reply.answer(self.ws.sync_entries(), |reply, ()| reply.ok())
+        self.serve_fsyncdir(reply)
     }
 
     fn statfs(&self, _req: &Request, _inode: INodeNo, reply: ReplyStatfs) {
-        let _timer = self.timer("statfs");
-        reply.answer(self.ws.statfs(), |reply, s| {
-            reply.statfs(
-                s.blocks_total,
-                s.blocks_free,
-                s.blocks_free,
-                s.inodes_total,
-                s.inodes_free,
-                s.block_size,
-                s.name_max,
-                s.block_size,
-            )
-        })
+        self.serve_statfs(reply)
     }
 
     fn setxattr(
@@ -1157,8 +1315,8 @@ impl Filesystem for WorkspaceFs {
         } else {
             XattrSet::Any
         };
-        let process = RequestProcess::of(req);
-        let who = self.caller(req, &process);
+        let process = RequestProcess::of(&Sender::of(req));
+        let who = self.caller(&Sender::of(req), &process);
         let result = self
             .ws
             .setxattr(who, ino(inode), name.as_bytes(), value, mode);
@@ -1166,44 +1324,26 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn getxattr(&self, req: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _timer = self.timer("getxattr");
-        let process = RequestProcess::of(req);
-        let result = self
-            .ws
-            .getxattr(self.caller(req, &process), ino(inode), name.as_bytes());
-        reply.answer(result, |reply, value| reply_xattr(reply, size, &value))
+        self.serve_getxattr(&Sender::of(req), inode, name, size, reply)
     }
 
     fn listxattr(&self, _req: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
-        let _timer = self.timer("listxattr");
-        reply.answer(self.ws.listxattr(ino(inode)), |reply, names| {
-            // The kernel's format: each name followed by a NUL.
-            let list: Vec<u8> = names
-                .iter()
-                .flat_map(|name| name.iter().copied().chain([0]))
-                .collect();
-            reply_xattr(reply, size, &list)
-        })
+        self.serve_listxattr(inode, size, reply)
     }
 
     fn removexattr(&self, req: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.timer("removexattr");
-        let process = RequestProcess::of(req);
-        let result = self
-            .ws
-            .removexattr(self.caller(req, &process), ino(inode), name.as_bytes());
+        let process = RequestProcess::of(&Sender::of(req));
+        let result = self.ws.removexattr(
+            self.caller(&Sender::of(req), &process),
+            ino(inode),
+            name.as_bytes(),
+        );
         reply.answer(result, |reply, ()| reply.ok())
     }
 
     fn access(&self, req: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _timer = self.timer("access");
-        // Sent for access(2) and chdir(2) when the kernel leaves permissions to us.
-        let want = Access::from_mask(mask.bits());
-        let process = RequestProcess::of(req);
-        let result = self
-            .ws
-            .access(&self.credentials(req, &process), ino(inode), want);
-        reply.answer(result, |reply, ()| reply.ok())
+        self.serve_access(&Sender::of(req), inode, mask.bits(), reply)
     }
 
     fn fallocate(
@@ -1234,18 +1374,7 @@ impl Filesystem for WorkspaceFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let _timer = self.timer("lseek");
-        // Holes are not reported: all data up to the size, one hole at the end, as
-        // filesystems without hole tracking answer.
-        reply.answer(self.ws.getattr(ino(inode)), |reply, attr| {
-            let size = attr.size as i64;
-            match whence {
-                libc::SEEK_DATA if offset < size => reply.offset(offset),
-                libc::SEEK_HOLE if offset < size => reply.offset(size),
-                libc::SEEK_DATA | libc::SEEK_HOLE => reply.error(Errno::ENXIO),
-                _ => reply.error(Errno::EINVAL),
-            }
-        })
+        self.serve_lseek(inode, offset, whence, reply)
     }
 
     fn copy_file_range(
@@ -1270,11 +1399,11 @@ impl Filesystem for WorkspaceFs {
     }
 }
 
-fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+fn reply_xattr(reply: impl answer::Xattr, size: u32, value: &[u8]) {
     if size == 0 {
         reply.size(value.len() as u32);
     } else if value.len() > size as usize {
-        reply.error(Errno::ERANGE);
+        reply.fail(Errno::ERANGE);
     } else {
         reply.data(value);
     }

@@ -21,6 +21,8 @@ mod fs_progress;
 mod fs_store;
 mod fs_walk;
 mod fuse;
+mod fuse_reply;
+mod fuse_ring;
 mod init;
 mod manual;
 mod mcp;

@@ -29,6 +29,7 @@ use computer_sync::{Follower, SyncOutcome};
 use crate::channel::ChannelServer;
 use crate::exec_wire::{self, RuntimesSlot};
 use crate::fuse::{MountConfig, WorkspaceFs};
+use crate::fuse_ring::RingTransport;
 use crate::owner::{self, Holder, OwnerLock, Role};
 use crate::poll::RequestPolling;
 use crate::replica::{ControlServer, KernelCache, RemoteArgs};
@@ -109,6 +110,14 @@ pub struct MountArgs {
     /// the machine has a CPU to spare, which shortens each round trip by about a third.
     #[arg(long)]
     pub no_poll: bool,
+    /// Carry FUSE requests over io_uring instead of /dev/fuse: a queue and a thread per
+    /// CPU, each request served on its caller's CPU. Experimental: a round trip costs
+    /// about 9 µs against 20 for callers in the daemon's scheduling group (a mount run
+    /// in the foreground of their shell), and about 26 for the others, which with
+    /// --daemon are all of them (docs/benchmarks.md). Turns on the kernel's switch for
+    /// it (root; kernel 6.14 or later). Read-only mounts only for now.
+    #[arg(long, requires = "read_only")]
+    pub io_uring: bool,
     /// The policy of the commands this mount runs for `computerd exec`: a TOML file
     /// with [linux], [shell] and [js] tables (docs/RUNTIMES.md). Default: no network,
     /// the default limits.
@@ -287,15 +296,17 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     let config = session_config(args, &db);
     // Kept to ask, after the unmount, whether the workspace had to stop taking changes.
     let watched = ws.clone();
-    let polling = (!args.no_poll).then(|| RequestPolling::new(args.threads));
+    let polling = request_polling(args);
     let fs = WorkspaceFs::new(
         ws,
         mount_config(args),
         polling.clone(),
         kernel.notifier_slot(),
     );
+    let ring_fs = args.io_uring.then(|| prepare_ring(&fs));
     let session = fuser::Session::new(fs, &mountpoint, &config)
         .with_context(|| format!("mounting {}", mountpoint.display()))?;
+    let ring = ring_fs.and_then(|fs| start_ring(fs, &session, args));
     if let Some(polling) = &polling {
         // Every worker reads the session's own descriptor; a duplicate shares its mode.
         let device = session
@@ -334,9 +345,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     }
     drop(channel);
     drop(control);
-    if let Some(polling) = &polling {
-        polling.stop();
-    }
+    stop_transports(polling.as_deref(), ring);
     if let Some(replica) = replica {
         // What the last writers left goes up now; what does not make it in time stays
         // in the cache and syncs at the next mount.
@@ -353,6 +362,52 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     Ok(())
 }
 
+/// The poller of the FUSE device, unless told not to poll or the requests travel over
+/// io_uring (the device then carries almost nothing).
+fn request_polling(args: &MountArgs) -> Option<Arc<RequestPolling>> {
+    (!args.no_poll && !args.io_uring).then(|| RequestPolling::new(args.threads))
+}
+
+/// After the session ended: back to blocking reads, and the ring's queues joined.
+fn stop_transports(polling: Option<&RequestPolling>, ring: Option<RingTransport>) {
+    if let Some(polling) = polling {
+        polling.stop();
+    }
+    if let Some(ring) = ring {
+        ring.stop();
+    }
+}
+
+/// Turns on the kernel's switch for FUSE over io_uring before the mount's INIT asks
+/// for it; returns the filesystem the ring's queues serve with (a clone shares all).
+fn prepare_ring(fs: &WorkspaceFs) -> WorkspaceFs {
+    if let Err(err) = crate::fuse_ring::enable_in_kernel() {
+        tracing::warn!("cannot turn on FUSE over io_uring in the kernel: {err}");
+    }
+    fs.clone()
+}
+
+/// Starts the io_uring queues on the session's device, INIT being answered by now. On
+/// failure the mount goes on over /dev/fuse.
+fn start_ring(
+    fs: WorkspaceFs,
+    session: &fuser::Session<WorkspaceFs>,
+    args: &MountArgs,
+) -> Option<RingTransport> {
+    let owner_only = (!args.allow_other).then(|| nix::unistd::geteuid().as_raw());
+    let started = session
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|device| RingTransport::start(fs, device, owner_only));
+    match started {
+        Ok(ring) => Some(ring),
+        Err(err) => {
+            tracing::warn!("FUSE over io_uring did not start ({err}); serving over /dev/fuse");
+            None
+        }
+    }
+}
+
 /// How the filesystem answers requests, as the arguments say.
 fn mount_config(args: &MountArgs) -> MountConfig {
     MountConfig {
@@ -361,6 +416,7 @@ fn mount_config(args: &MountArgs) -> MountConfig {
         passthrough: !args.no_passthrough,
         op_stats: args.op_stats,
         readdirplus_auto: args.readdirplus_auto,
+        io_uring: args.io_uring,
     }
 }
 

@@ -8,6 +8,39 @@ use common::{manifest, sh, Mount};
 
 #[test]
 fn read_only_mount_reads_and_refuses_writes() {
+    let mut m = reads_and_refuses_writes(&["--read-only"]);
+    missing_database_is_not_mounted(&mut m);
+}
+
+/// The same over FUSE's io_uring transport: the requests a read-only mount receives
+/// travel over the ring's queues (the daemon says how many each served at unmount).
+#[test]
+fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
+    if !Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        eprintln!("skipped: this kernel has no FUSE over io_uring");
+        return;
+    }
+    let m = reads_and_refuses_writes(&["--read-only", "--io-uring"]);
+    let log = m.daemon_log();
+    let served = log
+        .lines()
+        .find_map(|line| {
+            line.split("FUSE requests served over io_uring, per CPU: ")
+                .nth(1)
+        })
+        .unwrap_or_else(|| panic!("no count of the ring's requests in the log:\n{log}"));
+    let total: u64 = served
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum();
+    // The walk above sends some 80 requests past the kernel's caches.
+    assert!(total > 40, "the ring served {served} requests:\n{log}");
+}
+
+/// Mounts a tree read-only with `args`, reads all of it and fails every change; returns
+/// the unmounted workspace.
+fn reads_and_refuses_writes(args: &[&str]) -> Mount {
     let mut m = Mount::new();
     m.sh(r#"
 mkdir -p dir/sub emptydir
@@ -22,7 +55,7 @@ python3 -c 'import os; os.setxattr("dir/hello.txt", "user.k", b"v")'
     m.unmount();
     let db_sha = sh(&m.root, "sha256sum < ws.db");
 
-    m.mount(&["--read-only"]);
+    m.mount(args);
     let options = std::fs::read_to_string("/proc/mounts")
         .unwrap()
         .lines()
@@ -42,6 +75,21 @@ python3 -c 'import os; os.setxattr("dir/hello.txt", "user.k", b"v")'
     assert_eq!(m.sh("sha256sum < dir/sub/random.bin"), random_sha);
     assert_eq!(m.sh("readlink dir/link"), "hello.txt\n");
     assert_eq!(m.sh("ls dir | tr '\\n' ' '"), "hello.txt link sub ");
+    assert_eq!(
+        m.sh("grep -r hello . | sort"),
+        "./dir/hello.txt:hello\n./hard:hello\n"
+    );
+    assert_eq!(m.sh("find . | wc -l"), "8\n");
+    m.py(r#"
+import os
+fd = os.open("dir/sub/random.bin", os.O_RDONLY)
+assert os.lseek(fd, 0, os.SEEK_DATA) == 0
+assert os.lseek(fd, 0, os.SEEK_HOLE) == 1000000
+os.close(fd)
+assert os.listxattr("dir/hello.txt") == ["user.k"]
+assert os.statvfs(".").f_namemax == 255
+print("ok")
+"#);
     common::assert_same_manifest("the read-only mount", &expected, &manifest(&m.mnt, true));
 
     // Every kind of change fails with EROFS.
@@ -95,8 +143,11 @@ print("ok")
         "a read-only mount changed the database file"
     );
     m.check_db();
+    m
+}
 
-    // A read-only mount of a missing database fails and leaves no mount behind.
+/// A read-only mount of a missing database fails and leaves no mount behind.
+fn missing_database_is_not_mounted(m: &mut Mount) {
     let missing = m.root.join("missing.db");
     let out = common::computerd([
         std::ffi::OsStr::new("mount"),

@@ -468,10 +468,18 @@ fn long_functions(path: &str, text: &str) -> Vec<(String, usize)> {
         let Some(name) = function_name(line) else {
             continue;
         };
+        // A declaration without a body (in a trait) ends its signature with `;`.
+        let signature_end = lines[start..]
+            .iter()
+            .map(|l| l.trim_end())
+            .find(|l| l.ends_with('{') || l.ends_with(';'));
+        if signature_end.is_none_or(|l| l.ends_with(';')) {
+            continue;
+        }
         let indent = &line[..line.len() - line.trim_start().len()];
         let close = format!("{indent}}}");
         let Some(end) = lines[start + 1..].iter().position(|l| *l == close) else {
-            continue; // a declaration without a body
+            continue;
         };
         let length = end + 2;
         if length > FUNCTION_LINES_MAX {

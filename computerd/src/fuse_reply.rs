@@ -1,0 +1,239 @@
+//! The answers a request handler gives, whichever transport carries them: fuser's loop
+//! on `/dev/fuse`, or the io_uring queues of [`crate::fuse_ring`]. One trait per kind of
+//! answer, with the methods of fuser's reply type of that kind, so that a handler in
+//! [`crate::fuse`] is written once and fuser's types are one implementation.
+
+use std::ffi::OsStr;
+use std::time::Duration;
+
+use computer_vfs::Error;
+use fuser::{
+    BackingId, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+};
+
+/// What every answer shares: it can carry an errno instead.
+pub trait Fallible: Sized {
+    fn fail(self, err: Errno);
+
+    /// Answers with `ok` for a value, or with the errno of an error: the one way a
+    /// handler turns the store's result into a reply.
+    fn answer<T>(self, result: Result<T, Error>, ok: impl FnOnce(Self, T)) {
+        match result {
+            Ok(value) => ok(self, value),
+            Err(err) => self.fail(errno(&err)),
+        }
+    }
+}
+
+/// A name's entry (LOOKUP, and what creates one).
+pub trait Entry: Fallible {
+    fn entry(self, ttl: &Duration, attr: &FileAttr, generation: Generation);
+}
+
+/// An inode's attributes (GETATTR, SETATTR).
+pub trait Attr: Fallible {
+    fn attr(self, ttl: &Duration, attr: &FileAttr);
+}
+
+/// Bytes (READ, READLINK).
+pub trait Data: Fallible {
+    fn data(self, data: &[u8]);
+}
+
+/// Success and nothing more.
+pub trait Empty: Fallible {
+    fn ok(self);
+}
+
+/// An open file or directory, served by the daemon or passed through to a backing file.
+pub trait Open: Fallible {
+    fn opened(self, fh: FileHandle, flags: FopenFlags);
+    /// Registers `file` with the kernel for passthrough.
+    fn open_backing(&self, file: &std::fs::File) -> std::io::Result<BackingId>;
+    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing: &BackingId);
+}
+
+/// A page of a listing: `add` returns true once the page is full.
+pub trait Directory: Fallible {
+    fn add(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: &OsStr) -> bool;
+    fn ok(self);
+}
+
+/// A page of a listing with each entry's attributes: `add` returns true once full.
+pub trait DirectoryPlus: Fallible {
+    fn add(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        name: &OsStr,
+        ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+    ) -> bool;
+    fn ok(self);
+}
+
+/// The filesystem's counts (STATFS).
+pub trait Statfs: Fallible {
+    #[allow(clippy::too_many_arguments)] // the fields of `struct statfs`
+    fn statfs(
+        self,
+        blocks: u64,
+        bfree: u64,
+        bavail: u64,
+        files: u64,
+        ffree: u64,
+        bsize: u32,
+        namelen: u32,
+        frsize: u32,
+    );
+}
+
+/// An extended attribute's value or the list of names, or only its size.
+pub trait Xattr: Fallible {
+    fn size(self, size: u32);
+    fn data(self, data: &[u8]);
+}
+
+/// A position in a file (LSEEK).
+pub trait Lseek: Fallible {
+    fn offset(self, offset: i64);
+}
+
+/// The errno a request fails with, logged where the store itself failed.
+pub fn errno(err: &Error) -> Errno {
+    match err {
+        Error::Corrupt { .. } | Error::Storage { .. } | Error::Io { .. } => {
+            tracing::error!("failed to serve a request: {err}");
+        }
+        _ => tracing::debug!("request failed: {err}"),
+    }
+    Errno::from_i32(err.errno())
+}
+
+macro_rules! fallible {
+    ($($reply:ty),*) => {$(
+        impl Fallible for $reply {
+            fn fail(self, err: Errno) {
+                self.error(err)
+            }
+        }
+    )*};
+}
+
+fallible!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyLseek,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyWrite,
+    ReplyXattr
+);
+
+impl Entry for ReplyEntry {
+    fn entry(self, ttl: &Duration, attr: &FileAttr, generation: Generation) {
+        ReplyEntry::entry(self, ttl, attr, generation)
+    }
+}
+
+impl Attr for ReplyAttr {
+    fn attr(self, ttl: &Duration, attr: &FileAttr) {
+        ReplyAttr::attr(self, ttl, attr)
+    }
+}
+
+impl Data for ReplyData {
+    fn data(self, data: &[u8]) {
+        ReplyData::data(self, data)
+    }
+}
+
+impl Empty for ReplyEmpty {
+    fn ok(self) {
+        ReplyEmpty::ok(self)
+    }
+}
+
+impl Open for ReplyOpen {
+    fn opened(self, fh: FileHandle, flags: FopenFlags) {
+        ReplyOpen::opened(self, fh, flags)
+    }
+
+    fn open_backing(&self, file: &std::fs::File) -> std::io::Result<BackingId> {
+        ReplyOpen::open_backing(self, file)
+    }
+
+    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing: &BackingId) {
+        ReplyOpen::opened_passthrough(self, fh, flags, backing)
+    }
+}
+
+impl Directory for ReplyDirectory {
+    fn add(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: &OsStr) -> bool {
+        ReplyDirectory::add(self, ino, offset, kind, name)
+    }
+
+    fn ok(self) {
+        ReplyDirectory::ok(self)
+    }
+}
+
+impl DirectoryPlus for ReplyDirectoryPlus {
+    fn add(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        name: &OsStr,
+        ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+    ) -> bool {
+        ReplyDirectoryPlus::add(self, ino, offset, name, ttl, attr, generation)
+    }
+
+    fn ok(self) {
+        ReplyDirectoryPlus::ok(self)
+    }
+}
+
+impl Statfs for ReplyStatfs {
+    fn statfs(
+        self,
+        blocks: u64,
+        bfree: u64,
+        bavail: u64,
+        files: u64,
+        ffree: u64,
+        bsize: u32,
+        namelen: u32,
+        frsize: u32,
+    ) {
+        ReplyStatfs::statfs(
+            self, blocks, bfree, bavail, files, ffree, bsize, namelen, frsize,
+        )
+    }
+}
+
+impl Xattr for ReplyXattr {
+    fn size(self, size: u32) {
+        ReplyXattr::size(self, size)
+    }
+
+    fn data(self, data: &[u8]) {
+        ReplyXattr::data(self, data)
+    }
+}
+
+impl Lseek for ReplyLseek {
+    fn offset(self, offset: i64) {
+        ReplyLseek::offset(self, offset)
+    }
+}
