@@ -1,8 +1,12 @@
 //! FUSE over io_uring: the kernel queues requests on a ring per CPU instead of
 //! `/dev/fuse`, and a thread pinned to that CPU answers each one and fetches the next in
-//! one submission. The caller's CPU serves its request, so neither wake-up crosses
-//! CPUs: a round trip costs about 8 µs here against about 20 over `/dev/fuse`
-//! (docs/benchmarks.md, "FUSE over io_uring, measured").
+//! one submission. The caller's CPU serves its request, so neither wake-up need cross
+//! CPUs: a round trip costs about 9 µs here against about 20 over `/dev/fuse`, for a
+//! caller in the daemon's scheduling group. A caller in another group (a `--daemon`
+//! mount and a shell's commands sit in different autogroups) is moved by the scheduler
+//! to the idle CPU when the queue's thread wakes it, on nearly every request, and pays
+//! about 26 µs: why the ring is opt-in (docs/benchmarks.md, "FUSE over io_uring,
+//! measured").
 //!
 //! fuser keeps everything else: the mount, INIT (which asks for the ring), and what
 //! the kernel still sends over `/dev/fuse` (forgets, interrupts, any request before
