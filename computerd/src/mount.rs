@@ -111,11 +111,12 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_poll: bool,
     /// Carry FUSE requests over io_uring instead of /dev/fuse: a queue and a thread per
-    /// CPU, each request served on its caller's CPU. Experimental: a round trip costs
-    /// about 9 µs against 20 for callers in the daemon's scheduling group (a mount run
-    /// in the foreground of their shell), and about 26 for the others, which with
-    /// --daemon are all of them (docs/benchmarks.md). Turns on the kernel's switch for
-    /// it (root; kernel 6.14 or later). Read-only mounts only for now.
+    /// CPU, each request served on its caller's CPU, about 13 µs a round trip against
+    /// 20 (docs/benchmarks.md). The queue threads run under SCHED_IDLE in a cpu cgroup
+    /// of their own, which keeps callers on their CPU; where none can be made, callers
+    /// outside the daemon's scheduling group pay more than over /dev/fuse. Turns on the
+    /// kernel's switch for it (root; kernel 6.14 or later). Experimental, and for
+    /// read-only mounts only for now.
     #[arg(long, requires = "read_only")]
     pub io_uring: bool,
     /// The policy of the commands this mount runs for `computerd exec`: a TOML file

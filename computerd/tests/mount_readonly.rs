@@ -8,7 +8,7 @@ use common::{manifest, sh, Mount};
 
 #[test]
 fn read_only_mount_reads_and_refuses_writes() {
-    let mut m = reads_and_refuses_writes(&["--read-only"]);
+    let mut m = reads_and_refuses_writes(&["--read-only"], |_| ());
     missing_database_is_not_mounted(&mut m);
 }
 
@@ -20,7 +20,13 @@ fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
-    let m = reads_and_refuses_writes(&["--read-only", "--io-uring"]);
+    let mut group = None;
+    let m = reads_and_refuses_writes(&["--read-only", "--io-uring"], |m| {
+        group = queues_keep_callers_cpu(m);
+    });
+    if let Some(group) = group {
+        assert!(!group.exists(), "{} outlived the mount", group.display());
+    }
     let log = m.daemon_log();
     let served = log
         .lines()
@@ -38,9 +44,49 @@ fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
     assert!(total > 40, "the ring served {served} requests:\n{log}");
 }
 
-/// Mounts a tree read-only with `args`, reads all of it and fails every change; returns
-/// the unmounted workspace.
-fn reads_and_refuses_writes(args: &[&str]) -> Mount {
+/// Where the host has a v1 cpu hierarchy (this kind of machine), the ring's threads run
+/// in a cpu cgroup of their own under `SCHED_IDLE` (`fuse_ring/placement.rs`); returns
+/// that group.
+fn queues_keep_callers_cpu(m: &Mount) -> Option<PathBuf> {
+    const SCHED_IDLE: &str = "5";
+    let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", m.pid())).unwrap();
+    let Some(own) = cgroups.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':').skip(1);
+        let controllers = fields.next()?;
+        let path = fields.next()?;
+        controllers.split(',').any(|c| c == "cpu").then_some(path)
+    }) else {
+        eprintln!("no cgroup v1 cpu hierarchy: where the ring runs is not checked");
+        return None;
+    };
+    let group = Path::new("/sys/fs/cgroup/cpu")
+        .join(own.trim_start_matches('/'))
+        .join(format!("computerd-fuse-ring-{}", m.pid()));
+    let tasks = std::fs::read_to_string(group.join("tasks"))
+        .unwrap_or_else(|err| panic!("{}: {err}\n{}", group.display(), m.daemon_log()));
+    let mut queues = 0;
+    for tid in tasks.lines() {
+        let task = format!("/proc/{}/task/{tid}", m.pid());
+        let name = std::fs::read_to_string(format!("{task}/comm")).unwrap();
+        assert!(
+            name.starts_with("fuse-ring-"),
+            "{name:?} in {}",
+            group.display()
+        );
+        let stat = std::fs::read_to_string(format!("{task}/stat")).unwrap();
+        // Fields after the parenthesised name; `policy` is field 41 of stat(5).
+        let after_name = stat.rsplit_once(") ").unwrap().1;
+        let policy = after_name.split(' ').nth(41 - 3).unwrap();
+        assert_eq!(policy, SCHED_IDLE, "the policy of {name:?}");
+        queues += 1;
+    }
+    assert!(queues > 0, "no queue thread in {}", group.display());
+    Some(group)
+}
+
+/// Mounts a tree read-only with `args`, reads all of it and fails every change, calling
+/// `while_mounted` before the unmount; returns the unmounted workspace.
+fn reads_and_refuses_writes(args: &[&str], while_mounted: impl FnOnce(&Mount)) -> Mount {
     let mut m = Mount::new();
     m.sh(r#"
 mkdir -p dir/sub emptydir
@@ -136,6 +182,7 @@ print("ok")
         "shell redirection: {}",
         common::describe_failure("echo x > dir/hello.txt", None, &out)
     );
+    while_mounted(&m);
     m.unmount();
     assert_eq!(
         sh(&m.root, "sha256sum < ws.db"),

@@ -1,12 +1,10 @@
 //! FUSE over io_uring: the kernel queues requests on a ring per CPU instead of
 //! `/dev/fuse`, and a thread pinned to that CPU answers each one and fetches the next in
 //! one submission. The caller's CPU serves its request, so neither wake-up need cross
-//! CPUs: a round trip costs about 9 µs here against about 20 over `/dev/fuse`, for a
-//! caller in the daemon's scheduling group. A caller in another group (a `--daemon`
-//! mount and a shell's commands sit in different autogroups) is moved by the scheduler
-//! to the idle CPU when the queue's thread wakes it, on nearly every request, and pays
-//! about 26 µs: why the ring is opt-in (docs/benchmarks.md, "FUSE over io_uring,
-//! measured").
+//! CPUs: a round trip costs about 13 µs here against about 20 over `/dev/fuse`, for
+//! callers of any scheduling group, because the queue threads run where the scheduler
+//! leaves the caller on its CPU ([`placement`]; docs/benchmarks.md, "FUSE over
+//! io_uring, measured").
 //!
 //! fuser keeps everything else: the mount, INIT (which asks for the ring), and what
 //! the kernel still sends over `/dev/fuse` (forgets, interrupts, any request before
@@ -20,6 +18,7 @@
 //! not agree in INIT) logs why and ends, and requests keep going through `/dev/fuse`:
 //! the kernel uses the ring only once every queue has an entry.
 
+mod placement;
 mod wire;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -33,6 +32,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::fuse::{Sender, WorkspaceFs, MAX_WRITE};
 use crate::fuse_reply as answer;
+use placement::RingGroup;
 use wire::Request;
 
 /// Ring entries per CPU: requests a CPU can have in flight before the kernel queues
@@ -66,6 +66,8 @@ pub fn enable_in_kernel() -> std::io::Result<()> {
 pub struct RingTransport {
     queues: Vec<(JoinHandle<()>, OwnedFd)>,
     served: Arc<Vec<AtomicU64>>,
+    /// Where the queue threads run (removed once they end).
+    group: Option<Arc<RingGroup>>,
 }
 
 impl RingTransport {
@@ -80,6 +82,7 @@ impl RingTransport {
         let cpus = possible_cpus()?;
         let device = Arc::new(device);
         let served: Arc<Vec<AtomicU64>> = Arc::new((0..cpus).map(|_| AtomicU64::new(0)).collect());
+        let group = ring_group();
         let mut queues = Vec::with_capacity(cpus);
         for qid in 0..cpus {
             let stop = eventfd()?;
@@ -90,13 +93,18 @@ impl RingTransport {
                 owner_only,
                 stop: stop.as_raw_fd(),
                 served: served.clone(),
+                group: group.clone(),
             };
             let thread = std::thread::Builder::new()
                 .name(format!("fuse-ring-{qid}"))
                 .spawn(move || queue.run())?;
             queues.push((thread, stop));
         }
-        Ok(RingTransport { queues, served })
+        Ok(RingTransport {
+            queues,
+            served,
+            group,
+        })
     }
 
     /// Stops every queue and waits for it (they end by themselves at unmount).
@@ -109,12 +117,28 @@ impl RingTransport {
         for (thread, _) in self.queues {
             let _ = thread.join();
         }
+        drop(self.group);
         let served: Vec<u64> = self
             .served
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .collect();
         tracing::info!("FUSE requests served over io_uring, per CPU: {served:?}");
+    }
+}
+
+/// The cpu cgroup that keeps callers on their CPU, or `None` (logged) where the host
+/// offers none.
+fn ring_group() -> Option<Arc<RingGroup>> {
+    match RingGroup::create() {
+        Ok(group) => Some(Arc::new(group)),
+        Err(err) => {
+            tracing::warn!(
+                "FUSE over io_uring without a cpu cgroup of its own ({err}): callers \
+                 outside the daemon's scheduling group change CPUs on each request"
+            );
+            None
+        }
     }
 }
 
@@ -154,11 +178,23 @@ struct Queue {
     owner_only: Option<u32>,
     stop: RawFd,
     served: Arc<Vec<AtomicU64>>,
+    group: Option<Arc<RingGroup>>,
 }
 
 type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
 
 impl Queue {
+    /// Moves this thread into the ring's group under `SCHED_IDLE` ([`placement`]).
+    fn keep_callers_cpu(&self) {
+        let Some(group) = &self.group else { return };
+        if let Err(err) = group.enter() {
+            tracing::warn!(
+                "FUSE over io_uring, queue {} keeps the normal policy: {err}",
+                self.qid
+            );
+        }
+    }
+
     fn run(self) {
         let Err(err) = self.serve() else {
             return;
@@ -176,6 +212,7 @@ impl Queue {
 
     fn serve(&self) -> std::io::Result<()> {
         pin_to_cpu(self.qid);
+        self.keep_callers_cpu();
         let depth = u32::from(QUEUE_DEPTH) + 1; // and the stop poll
         let mut ring: Ring = IoUring::builder().build(depth.next_power_of_two())?;
         let mut entries: Vec<RingEntry> = (0..QUEUE_DEPTH).map(|_| RingEntry::new()).collect();
