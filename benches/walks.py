@@ -20,7 +20,9 @@ files), listed more pages than one: `ls -l`, `du -s`, `ls -f`, `find -type f`, `
                              [--rounds 30] [--cold] [--pause MS] [--large]
                              [--repo .] [--work DIR]
 
-A `--computerd` value is NAME=BIN, then any `computerd mount` options.
+A `--computerd` value is NAME=BIN, then any `computerd mount` options. A target with
+`--read-only` (and `--io-uring`, which needs it) is filled through a writable mount
+first, then mounted again with its options; the commands that write skip it.
 
 Run it as root, like the other mount benchmarks: a daemon not run by root mounts with
 `default_permissions`, which changes what the kernel asks.
@@ -47,6 +49,9 @@ COMMANDS = {
     "cat 3 files": ["cat", "tree/d000/f000.txt", "tree/d050/f050.txt", "tree/d099/f099.txt"],
     "echo > f && rm f": ["sh", "-c", "echo x > scratch && rm scratch"],
 }
+WRITING_COMMANDS = {"echo > f && rm f"}
+# Options that a mount being filled cannot have.
+READ_ONLY_OPTIONS = {"--read-only", "--io-uring"}
 
 
 LARGE_COMMANDS = {
@@ -92,13 +97,20 @@ def prepare(directory, source, large):
     settled_clone(source, os.path.join(directory, "repo"))
 
 
-def mount(command, work, name):
+def mount(command, work, name, filling=False):
+    """Mounts target `name`; `filling`: without the options of a read-only mount."""
     binary, *options = command.split()
+    if filling:
+        options = [o for o in options if o not in READ_ONLY_OPTIONS]
     db = os.path.join(work, f"{name}.db")
     mnt = os.path.join(work, name)
     subprocess.run([binary, "mount", db, mnt, "--daemon", "-q", *options], check=True,
                    stdout=subprocess.DEVNULL)
     return mnt
+
+
+def is_read_only(command):
+    return "--read-only" in command.split()
 
 
 def time_once(argv, cwd, cold=False, pause_ms=0):
@@ -132,22 +144,32 @@ def main():
     mounted = []
     try:
         os.makedirs(targets["ext4"])
+        read_only = set()
         for spec in args.computerd:
             name, _, binary = spec.partition("=")
-            targets[name] = mount(binary, work, name)
+            targets[name] = mount(binary, work, name, filling=True)
             mounted.append(targets[name])
+            if is_read_only(binary):
+                read_only.add(name)
         for directory in targets.values():
             prepare(directory, args.repo, args.large)
+        for spec in args.computerd:
+            name, _, binary = spec.partition("=")
+            if name in read_only:
+                subprocess.run(["umount", targets[name]], check=True)
+                mount(binary, work, name)
         commands = LARGE_COMMANDS if args.large else COMMANDS
-        times = {(t, c): [] for t in targets for c in commands}
-        for target, directory in targets.items():
-            for command, argv in commands.items():
-                time_once(argv, directory)
+        runs = [(t, c) for t in targets for c in commands
+                if not (t in read_only and c in WRITING_COMMANDS)]
+        times = {run: [] for run in runs}
+        for target, command in runs:
+            time_once(commands[command], targets[target])
         for _ in range(args.rounds):
             for command, argv in commands.items():
                 for target, directory in targets.items():
-                    elapsed = time_once(argv, directory, args.cold, args.pause)
-                    times[(target, command)].append(elapsed)
+                    if (target, command) in times:
+                        elapsed = time_once(argv, directory, args.cold, args.pause)
+                        times[(target, command)].append(elapsed)
         report(targets, commands, times, args.rounds, args.cold, args.pause)
     finally:
         for mnt in mounted:
@@ -166,7 +188,10 @@ def report(targets, commands, times, rounds, cold, pause_ms):
         base = statistics.median(times[("ext4", command)])
         cells = []
         for target in targets:
-            runs = times[(target, command)]
+            runs = times.get((target, command))
+            if not runs:
+                cells.append("-")
+                continue
             median = statistics.median(runs)
             ratio = "" if target == "ext4" else f" x{median / base:.2f}"
             cells.append(f"{median:.2f} ({min(runs):.2f}){ratio}")
