@@ -20,12 +20,29 @@ fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
+    // What a killed daemon leaves: its empty group, named after a pid now unused.
+    let orphan = own_cpu_cgroup(std::process::id() as i32).map(|own| {
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let orphan = own.join(format!("computerd-fuse-ring-{}", gone.id()));
+        std::fs::create_dir(&orphan).unwrap();
+        orphan
+    });
     let mut group = None;
     let m = reads_and_refuses_writes(&["--read-only", "--io-uring"], |m| {
         group = queues_keep_callers_cpu(m);
     });
     if let Some(group) = group {
         assert!(!group.exists(), "{} outlived the mount", group.display());
+    }
+    if let Some(orphan) = orphan {
+        let left = orphan.exists();
+        let _ = std::fs::remove_dir(&orphan);
+        assert!(
+            !left,
+            "{} was not removed by the next mount",
+            orphan.display()
+        );
     }
     let log = m.daemon_log();
     let served = log
@@ -49,19 +66,11 @@ fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
 /// that group.
 fn queues_keep_callers_cpu(m: &Mount) -> Option<PathBuf> {
     const SCHED_IDLE: &str = "5";
-    let cgroups = std::fs::read_to_string(format!("/proc/{}/cgroup", m.pid())).unwrap();
-    let Some(own) = cgroups.lines().find_map(|line| {
-        let mut fields = line.splitn(3, ':').skip(1);
-        let controllers = fields.next()?;
-        let path = fields.next()?;
-        controllers.split(',').any(|c| c == "cpu").then_some(path)
-    }) else {
+    let Some(own) = own_cpu_cgroup(m.pid()) else {
         eprintln!("no cgroup v1 cpu hierarchy: where the ring runs is not checked");
         return None;
     };
-    let group = Path::new("/sys/fs/cgroup/cpu")
-        .join(own.trim_start_matches('/'))
-        .join(format!("computerd-fuse-ring-{}", m.pid()));
+    let group = own.join(format!("computerd-fuse-ring-{}", m.pid()));
     let tasks = std::fs::read_to_string(group.join("tasks"))
         .unwrap_or_else(|err| panic!("{}: {err}\n{}", group.display(), m.daemon_log()));
     let mut queues = 0;
@@ -82,6 +91,18 @@ fn queues_keep_callers_cpu(m: &Mount) -> Option<PathBuf> {
     }
     assert!(queues > 0, "no queue thread in {}", group.display());
     Some(group)
+}
+
+/// The directory of `pid`'s group in the v1 cpu hierarchy, if the host has one.
+fn own_cpu_cgroup(pid: i32) -> Option<PathBuf> {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let own = cgroups.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':').skip(1);
+        let controllers = fields.next()?;
+        let path = fields.next()?;
+        controllers.split(',').any(|c| c == "cpu").then_some(path)
+    })?;
+    Some(Path::new("/sys/fs/cgroup/cpu").join(own.trim_start_matches('/')))
 }
 
 /// Mounts a tree read-only with `args`, reads all of it and fails every change, calling
