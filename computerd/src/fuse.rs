@@ -89,6 +89,9 @@ pub struct WorkspaceFs {
     /// The kernel opens directories without asking once OPENDIR answers ENOSYS (it said
     /// so in INIT: `FUSE_NO_OPENDIR_SUPPORT`); see `opendir`.
     opendir_skipped: Arc<AtomicBool>,
+    /// A read-only mount lets the kernel open files without asking too (`FUSE_NO_OPEN_
+    /// SUPPORT`); see `open`.
+    open_skipped: Arc<AtomicBool>,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -147,6 +150,7 @@ impl WorkspaceFs {
             polling,
             notifier,
             opendir_skipped: Arc::default(),
+            open_skipped: Arc::default(),
         }
     }
 
@@ -619,6 +623,14 @@ impl WorkspaceFs {
         })
     }
 
+    /// On a read-only mount, answered ENOSYS where the kernel can take it, so that it
+    /// opens every file of this connection without asking (`no_open`) and keeps each
+    /// file's pages (`FOPEN_KEEP_CACHE`, its default then): reading a file the kernel
+    /// has cached (`grep -r`, `cat`, `git status`) costs no round trip. Nothing can
+    /// change a file behind such a mount, and a file it cannot write needs no handle:
+    /// a read that reaches the daemon opens, reads and closes in one request
+    /// ([`WorkspaceFs::read_unopened`]), checking the read permission an open checks.
+    /// A writable mount keeps its opens, which hand files to passthrough.
     pub(crate) fn serve_open(
         &self,
         sender: &Sender,
@@ -627,6 +639,9 @@ impl WorkspaceFs {
         reply: impl answer::Open,
     ) {
         let _timer = self.timer("open");
+        if self.open_skipped.load(Ordering::Relaxed) {
+            return reply.fail(Errno::ENOSYS);
+        }
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
         let process = RequestProcess::of(sender);
@@ -639,18 +654,48 @@ impl WorkspaceFs {
 
     pub(crate) fn serve_read(
         &self,
+        sender: &Sender,
+        inode: INodeNo,
         handle: FileHandle,
         offset: u64,
         size: u32,
         reply: impl answer::Data,
     ) {
         let _timer = self.timer("read");
-        let result = self.ws.read(fh(handle), offset, size as usize);
+        let result = if self.open_skipped.load(Ordering::Relaxed) {
+            self.read_unopened(sender, inode, offset, size as usize)
+        } else {
+            self.ws.read(fh(handle), offset, size as usize)
+        };
         reply.answer(result, |reply, data| reply.data(&data))
     }
 
+    /// A read of a file the kernel opened without asking (see `serve_open`).
+    fn read_unopened(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        offset: u64,
+        size: usize,
+    ) -> computer_vfs::Result<Vec<u8>> {
+        let process = RequestProcess::of(sender);
+        let who = self.caller(sender, &process);
+        let read_only = OpenFlags::from_libc(libc::O_RDONLY);
+        let opened = self.ws.open_for_kernel(who, ino(inode), read_only, false)?;
+        let data = self.ws.read(opened.handle, offset, size);
+        let released = self.ws.release(opened.handle);
+        let data = data?;
+        released?;
+        Ok(data)
+    }
+
+    /// A file opened without asking has nothing to flush: ENOSYS, after which the
+    /// kernel stops sending FLUSH (`no_flush`).
     pub(crate) fn serve_flush(&self, handle: FileHandle, reply: impl answer::Empty) {
         let _timer = self.timer("flush");
+        if self.open_skipped.load(Ordering::Relaxed) {
+            return reply.fail(Errno::ENOSYS);
+        }
         reply.answer(self.ws.flush(fh(handle)), |reply, ()| reply.ok())
     }
 
@@ -661,10 +706,15 @@ impl WorkspaceFs {
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("release");
+        if self.open_skipped.load(Ordering::Relaxed) {
+            // The first file the kernel opened when OPEN answered ENOSYS: no handle.
+            return reply.ok();
+        }
         self.forget_backing(handle.0, inode);
         reply.answer(self.ws.release(fh(handle)), |reply, ()| reply.ok())
     }
 
+    /// On a read-only mount there is nothing to make durable.
     pub(crate) fn serve_fsync(
         &self,
         handle: FileHandle,
@@ -672,6 +722,9 @@ impl WorkspaceFs {
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("fsync");
+        if self.open_skipped.load(Ordering::Relaxed) {
+            return reply.ok();
+        }
         reply.answer(self.ws.fsync(fh(handle), datasync), |reply, ()| reply.ok())
     }
 
@@ -869,6 +922,15 @@ impl WorkspaceFs {
             }
         })
     }
+    /// Which opens the kernel may do without asking, as INIT told: directories always
+    /// (`serve_opendir`), files on a read-only mount (`serve_open`).
+    fn skip_opens(&self, config: &KernelConfig) {
+        let offered = config.capabilities();
+        let skip_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.opendir_skipped.store(skip_opendir, Ordering::Relaxed);
+        let skip_open = self.config.read_only && offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
+        self.open_skipped.store(skip_open, Ordering::Relaxed);
+    }
 }
 
 impl Filesystem for WorkspaceFs {
@@ -908,10 +970,7 @@ impl Filesystem for WorkspaceFs {
         {
             tracing::warn!("the kernel does not offer FUSE over io_uring here");
         }
-        let skip_opendir = config
-            .capabilities()
-            .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
-        self.opendir_skipped.store(skip_opendir, Ordering::Relaxed);
+        self.skip_opens(config);
         // Passthrough and the writeback cache exclude each other (the kernel refuses
         // backing files once writeback is negotiated); passthrough wins where offered.
         let writable = !self.config.read_only;
@@ -1184,8 +1243,8 @@ impl Filesystem for WorkspaceFs {
 
     fn read(
         &self,
-        _req: &Request,
-        _inode: INodeNo,
+        req: &Request,
+        inode: INodeNo,
         handle: FileHandle,
         offset: u64,
         size: u32,
@@ -1193,7 +1252,7 @@ impl Filesystem for WorkspaceFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.serve_read(handle, offset, size, reply)
+        self.serve_read(&Sender::of(req), inode, handle, offset, size, reply)
     }
 
     fn write(

@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Output;
 
-use common::{describe_failure, try_sh, Mount};
+use common::{describe_failure, try_sh, Mount, WEAK_ROOT};
 
 fn mount_options(m: &Mount) -> String {
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
@@ -56,10 +56,6 @@ fn refused(m: &Mount, setpriv: &str, script: &str, message: &str) {
         )
     );
 }
-
-/// Root without the capabilities that override file permissions: its effective set
-/// comes from the bounding set at exec.
-const WEAK_ROOT: &str = "--bounding-set=-dac_override,-dac_read_search,-fowner,-chown,-fsetid";
 
 #[test]
 fn a_mount_only_root_reaches_is_checked_by_the_daemon() {

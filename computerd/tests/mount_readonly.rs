@@ -115,6 +115,7 @@ printf 'hello\n' > dir/hello.txt
 head -c 1000000 /dev/urandom > dir/sub/random.bin
 ln -s hello.txt dir/link
 ln dir/hello.txt hard
+printf 'secret\n' > secret && chmod 000 secret
 python3 -c 'import os; os.setxattr("dir/hello.txt", "user.k", b"v")'
 "#);
     let expected = manifest(&m.mnt, true);
@@ -134,6 +135,14 @@ python3 -c 'import os; os.setxattr("dir/hello.txt", "user.k", b"v")'
         "mount options: {options}"
     );
 
+    // Checked when the file is read, before anything cached it: the kernel opens files of a
+    // read-only mount without asking the daemon.
+    let weak = common::try_sh(&m.mnt, &format!("setpriv {} cat secret", common::WEAK_ROOT));
+    assert!(
+        String::from_utf8_lossy(&weak.stderr).contains("Permission denied"),
+        "{}",
+        common::describe_failure("cat secret without capabilities", Some(&m.mnt), &weak)
+    );
     // Reads work.
     assert_eq!(
         m.sh("cat dir/hello.txt dir/link hard"),
@@ -146,12 +155,17 @@ python3 -c 'import os; os.setxattr("dir/hello.txt", "user.k", b"v")'
         m.sh("grep -r hello . | sort"),
         "./dir/hello.txt:hello\n./hard:hello\n"
     );
-    assert_eq!(m.sh("find . | wc -l"), "8\n");
+    assert_eq!(m.sh("find . | wc -l"), "9\n");
+    assert_eq!(m.sh("cat secret"), "secret\n");
     m.py(r#"
 import os
 fd = os.open("dir/sub/random.bin", os.O_RDONLY)
 assert os.lseek(fd, 0, os.SEEK_DATA) == 0
 assert os.lseek(fd, 0, os.SEEK_HOLE) == 1000000
+os.fsync(fd)
+import mmap
+with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mapped:
+    assert mapped[-3:] == open("dir/sub/random.bin", "rb").read()[-3:]
 os.close(fd)
 assert os.listxattr("dir/hello.txt") == ["user.k"]
 assert os.statvfs(".").f_namemax == 255

@@ -350,7 +350,7 @@ impl Queue {
             Request::Readlink => fs.serve_readlink(inode, reply),
             Request::Open { flags } => fs.serve_open(&sender, inode, flags, reply),
             Request::Read { fh, offset, size } => {
-                fs.serve_read(FileHandle(fh), offset, size, reply)
+                fs.serve_read(&sender, inode, FileHandle(fh), offset, size, reply)
             }
             Request::Flush { fh } => fs.serve_flush(FileHandle(fh), reply),
             Request::Release { fh } => fs.serve_release(inode, FileHandle(fh), reply),

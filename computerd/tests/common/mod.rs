@@ -42,6 +42,10 @@ fn become_subreaper() {
     });
 }
 
+/// `setpriv` arguments for root without the capabilities that override file
+/// permissions: its effective set comes from the bounding set at exec.
+pub const WEAK_ROOT: &str = "--bounding-set=-dac_override,-dac_read_search,-fowner,-chown,-fsetid";
+
 /// A mounted workspace in its own temporary directory:
 ///
 /// ```text
