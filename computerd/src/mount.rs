@@ -60,7 +60,8 @@ pub struct MountArgs {
     pub second: Option<PathBuf>,
     #[command(flatten)]
     pub remote: RemoteArgs,
-    /// Refuse every change (EROFS).
+    /// Refuse every change (EROFS). The kernel then opens files without asking the
+    /// daemon and keeps their pages: warm reads at the page cache's speed.
     #[arg(long)]
     pub read_only: bool,
     /// Mount over a directory that is not empty (its files are hidden while mounted).
