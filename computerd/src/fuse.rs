@@ -53,6 +53,8 @@ const READDIR_BATCH: usize = 256;
 #[derive(Clone, Debug)]
 pub struct MountConfig {
     pub read_only: bool,
+    /// A replica's mount: its server's changes arrive behind the kernel's back.
+    pub replica: bool,
     pub writeback_cache: bool,
     /// Let the kernel read and write staged files directly (FUSE passthrough).
     pub passthrough: bool,
@@ -630,7 +632,8 @@ impl WorkspaceFs {
     /// change a file behind such a mount, and a file it cannot write needs no handle:
     /// a read that reaches the daemon opens, reads and closes in one request
     /// ([`WorkspaceFs::read_unopened`]), checking the read permission an open checks.
-    /// A writable mount keeps its opens, which hand files to passthrough.
+    /// A writable mount keeps its opens, which hand files to passthrough, and so does a
+    /// replica's, whose server changes files behind it.
     pub(crate) fn serve_open(
         &self,
         sender: &Sender,
@@ -923,12 +926,15 @@ impl WorkspaceFs {
         })
     }
     /// Which opens the kernel may do without asking, as INIT told: directories always
-    /// (`serve_opendir`), files on a read-only mount (`serve_open`).
+    /// (`serve_opendir`), files on a read-only mount of a workspace's owner
+    /// (`serve_open`).
     fn skip_opens(&self, config: &KernelConfig) {
         let offered = config.capabilities();
         let skip_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         self.opendir_skipped.store(skip_opendir, Ordering::Relaxed);
-        let skip_open = self.config.read_only && offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
+        // Only where nothing changes the files: a read-only replica takes in its server's.
+        let unchanging = self.config.read_only && !self.config.replica;
+        let skip_open = unchanging && offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
         self.open_skipped.store(skip_open, Ordering::Relaxed);
     }
 }

@@ -414,6 +414,7 @@ fn start_ring(
 fn mount_config(args: &MountArgs) -> MountConfig {
     MountConfig {
         read_only: args.read_only,
+        replica: args.remote.remote.is_some(),
         writeback_cache: !args.no_writeback_cache,
         passthrough: !args.no_passthrough,
         op_stats: args.op_stats,
