@@ -925,6 +925,7 @@ impl WorkspaceFs {
             }
         })
     }
+
     /// Which opens the kernel may do without asking, as INIT told: directories always
     /// (`serve_opendir`), files on a read-only mount of a workspace's owner
     /// (`serve_open`).
