@@ -218,6 +218,20 @@ print("ok")
         "shell redirection: {}",
         common::describe_failure("echo x > dir/hello.txt", None, &out)
     );
+    // The kernel keeps the pages of every file it opened without asking; nothing may
+    // change one behind it while the mount holds the database.
+    let db = m.db.to_str().unwrap();
+    let other_route = common::computerd(["fs", db, "rm", "/dir/hello.txt"]);
+    assert!(
+        String::from_utf8_lossy(&other_route.stderr).contains("read-only workspace"),
+        "{}",
+        common::describe_failure(
+            "computerd fs rm while mounted read-only",
+            None,
+            &other_route
+        )
+    );
+    assert_eq!(m.sh("cat dir/hello.txt"), "hello\n");
     while_mounted(&m);
     m.unmount();
     assert_eq!(
