@@ -847,16 +847,16 @@ impl WorkspaceFs {
     pub(crate) fn serve_statfs(&self, reply: impl answer::Statfs) {
         let _timer = self.timer("statfs");
         reply.answer(self.ws.statfs(), |reply, s| {
-            reply.statfs(
-                s.blocks_total,
-                s.blocks_free,
-                s.blocks_free,
-                s.inodes_total,
-                s.inodes_free,
-                s.block_size,
-                s.name_max,
-                s.block_size,
-            )
+            reply.statfs(&answer::FsCounts {
+                blocks: s.blocks_total,
+                bfree: s.blocks_free,
+                bavail: s.blocks_free,
+                files: s.inodes_total,
+                ffree: s.inodes_free,
+                bsize: s.block_size,
+                namelen: s.name_max,
+                frsize: s.block_size,
+            })
         })
     }
 

@@ -77,18 +77,19 @@ pub trait DirectoryPlus: Fallible {
 
 /// The filesystem's counts (STATFS).
 pub trait Statfs: Fallible {
-    #[allow(clippy::too_many_arguments)] // the fields of `struct statfs`
-    fn statfs(
-        self,
-        blocks: u64,
-        bfree: u64,
-        bavail: u64,
-        files: u64,
-        ffree: u64,
-        bsize: u32,
-        namelen: u32,
-        frsize: u32,
-    );
+    fn statfs(self, counts: &FsCounts);
+}
+
+/// What STATFS answers: the fields of the kernel's `struct fuse_kstatfs`.
+pub struct FsCounts {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
 }
 
 /// An extended attribute's value or the list of names, or only its size.
@@ -205,19 +206,9 @@ impl DirectoryPlus for ReplyDirectoryPlus {
 }
 
 impl Statfs for ReplyStatfs {
-    fn statfs(
-        self,
-        blocks: u64,
-        bfree: u64,
-        bavail: u64,
-        files: u64,
-        ffree: u64,
-        bsize: u32,
-        namelen: u32,
-        frsize: u32,
-    ) {
+    fn statfs(self, c: &FsCounts) {
         ReplyStatfs::statfs(
-            self, blocks, bfree, bavail, files, ffree, bsize, namelen, frsize,
+            self, c.blocks, c.bfree, c.bavail, c.files, c.ffree, c.bsize, c.namelen, c.frsize,
         )
     }
 }

@@ -635,20 +635,12 @@ impl answer::DirectoryPlus for ListingReply<'_> {
 }
 
 impl answer::Statfs for RingReply<'_> {
-    fn statfs(
-        self,
-        blocks: u64,
-        bfree: u64,
-        bavail: u64,
-        files: u64,
-        ffree: u64,
-        bsize: u32,
-        namelen: u32,
-        frsize: u32,
-    ) {
-        let body = &mut self.answer.body;
+    fn statfs(self, c: &answer::FsCounts) {
+        let counts = [c.blocks, c.bfree, c.bavail, c.files, c.ffree];
         wire::put_statfs(
-            body, blocks, bfree, bavail, files, ffree, bsize, namelen, frsize,
+            &mut self.answer.body,
+            counts,
+            [c.bsize, c.namelen, c.frsize],
         );
     }
 }

@@ -313,23 +313,13 @@ pub fn put_open(out: &mut Vec<u8>, fh: u64, open_flags: u32) {
     out.extend_from_slice(&0i32.to_ne_bytes()); // backing_id: none
 }
 
-/// Appends `struct fuse_kstatfs`.
-#[allow(clippy::too_many_arguments)] // the fields of the structure
-pub fn put_statfs(
-    out: &mut Vec<u8>,
-    blocks: u64,
-    bfree: u64,
-    bavail: u64,
-    files: u64,
-    ffree: u64,
-    bsize: u32,
-    namelen: u32,
-    frsize: u32,
-) {
-    for word in [blocks, bfree, bavail, files, ffree] {
+/// Appends `struct fuse_kstatfs`: `counts` are blocks, bfree, bavail, files and
+/// ffree; `sizes` are bsize, namelen and frsize.
+pub fn put_statfs(out: &mut Vec<u8>, counts: [u64; 5], sizes: [u32; 3]) {
+    for word in counts {
         out.extend_from_slice(&word.to_ne_bytes());
     }
-    for word in [bsize, namelen, frsize, 0] {
+    for word in sizes.into_iter().chain([0]) {
         out.extend_from_slice(&word.to_ne_bytes());
     }
     out.extend_from_slice(&[0u8; 24]); // spare
