@@ -66,7 +66,8 @@ pub fn enable_in_kernel() -> std::io::Result<()> {
 pub struct RingTransport {
     queues: Vec<(JoinHandle<()>, OwnedFd)>,
     served: Arc<Vec<AtomicU64>>,
-    /// Where the queue threads run (removed once they end).
+    /// Where the queue threads run, removed here once they have ended: a thread still
+    /// in the group (one dropping the last clone as it exits) could not remove it.
     group: Option<Arc<RingGroup>>,
 }
 

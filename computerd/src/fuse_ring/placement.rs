@@ -29,6 +29,8 @@ use std::path::{Path, PathBuf};
 const V2_ROOT: &str = "/sys/fs/cgroup";
 /// The v1 hierarchy of the cpu controller (a link to `cpu,cpuacct` where combined).
 const V1_CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+/// How long removing the group waits for the last queue thread to leave it.
+const REMOVE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
 /// Groups are `<prefix><pid>`.
 const GROUP_PREFIX: &str = "computerd-fuse-ring-";
 
@@ -96,10 +98,26 @@ impl RingGroup {
 }
 
 impl Drop for RingGroup {
-    /// Removes the group; its owner drops it once the threads in it have ended.
+    /// Removes the group; its owner drops it once the threads in it have been joined.
+    /// A joined thread may still be leaving the group (a thread is joined when it
+    /// releases its memory, and leaves its cgroup later in its exit), so an EBUSY is
+    /// retried for a while.
     fn drop(&mut self) {
-        if let Err(err) = std::fs::remove_dir(&self.dir) {
-            tracing::debug!("{}: {err} (the next mount removes it)", self.dir.display());
+        let deadline = std::time::Instant::now() + REMOVE_PATIENCE;
+        loop {
+            match std::fs::remove_dir(&self.dir) {
+                Err(err)
+                    if err.raw_os_error() == Some(libc::EBUSY)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(err) => {
+                    tracing::debug!("{}: {err} (the next mount removes it)", self.dir.display());
+                    return;
+                }
+                Ok(()) => return,
+            }
         }
     }
 }
