@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command (README.md): unit, model, crash, FUSE and replica
 # integration tests and the seeded sync simulation sweeps; the store's tests again in a
-# debug build, for the invariants it asserts there; then the POSIX conformance suite and
-# the random-I/O exerciser against a real mount, then a short seeded run of every fuzz
-# target. Needs root (FUSE mounts, apt-get); first installs what it needs and does not
+# debug build, for the invariants it asserts there; the mount tests again over FUSE's
+# io_uring transport; then the POSIX conformance suite and the random-I/O exerciser
+# against a real mount (over /dev/fuse, then io_uring), then a short seeded run of every
+# fuzz target. Needs root (FUSE mounts, apt-get); first installs what it needs and does not
 # have (scripts/install-test-deps.sh: the capnp compiler, pjdfstest, fsx, cargo-fuzz,
 # ...). Long fuzz/soak/benchmark runs are separate commands (README.md).
 set -euo pipefail
@@ -20,5 +21,12 @@ cargo test --release --workspace
 # counts after each content change, cursors never backwards), under the tests that
 # drive every write path and replication.
 cargo test -p computer-vfs --test model --test peers --test replication --test check
+# The mount tests and the conformance suite again with the requests carried over FUSE's
+# io_uring transport (`computerd mount --io-uring`).
+COMPUTERD_TEST_MOUNT_ARGS=--io-uring cargo test --release -p computerd \
+  --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
+  --test mount_permissions --test mount_disk_full --test mount_memory --test mount_readonly \
+  --test replica --test owner
 scripts/conformance.sh
+scripts/conformance.sh --mount-args "--io-uring"
 scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"

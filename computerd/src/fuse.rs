@@ -19,25 +19,29 @@
 //! (`replica::KernelCache`). docs/SEMANTICS.md says what that means for someone
 //! changing the database behind a mount.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::fuse_reply::{self as answer, errno, Fallible};
+mod backing;
+mod write;
+
+use crate::fuse_reply::{self as answer, errno};
 use crate::poll::RequestPolling;
+use backing::BackingTable;
+pub use backing::DeviceSlot;
 use computer_vfs::{
-    Access, Attr, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, NewNode,
-    OpenFlags, Opened, RenameFlags, SetAttr, SetTime, StagedFile, TimestampNs, Who, Workspace,
-    XattrSet,
+    Access, Attr, CallerInfo, Capability, Credentials, Error, FileKind, InodeNo, OpenFlags, Opened,
+    SetAttr, SetTime, TimestampNs, Who, Workspace,
 };
 use fuser::{
-    AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
-    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 /// How long the kernel may trust an entry or attributes it got from us.
@@ -77,9 +81,10 @@ pub struct WorkspaceFs {
     writeback: Arc<AtomicBool>,
     /// Whether the kernel agreed to passthrough (exclusive with `writeback`).
     passthrough: Arc<AtomicBool>,
-    /// The kernel's registration of each staging file in use: one per inode, shared by
-    /// its handles, dropped (BACKING_CLOSE) with the last of them.
+    /// The kernel's registration of each staging file in use ([`backing`]).
     backing: Arc<Mutex<BackingTable>>,
+    /// The session's device, which passthrough registrations go through.
+    device: DeviceSlot,
     stats: Option<Arc<OpStats>>,
     /// `fs.protected_hardlinks` as this host sets it: the rule links follow.
     protected_hardlinks: bool,
@@ -125,15 +130,6 @@ impl Drop for OpTimer<'_> {
     }
 }
 
-#[derive(Default)]
-struct BackingTable {
-    by_handle: HashMap<u64, Arc<BackingId>>,
-    by_inode: HashMap<u64, Weak<BackingId>>,
-    /// Inodes opened through passthrough since their last cached open: the kernel's page
-    /// cache of such an inode may be stale, so the next cached open must drop it.
-    bypassed_cache: HashSet<u64>,
-}
-
 impl WorkspaceFs {
     pub fn new(
         ws: Workspace,
@@ -146,6 +142,7 @@ impl WorkspaceFs {
             writeback: Arc::default(),
             passthrough: Arc::default(),
             backing: Arc::default(),
+            device: DeviceSlot::default(),
             stats: config.op_stats.then(Arc::default),
             config,
             protected_hardlinks: protected_hardlinks(),
@@ -196,64 +193,6 @@ impl WorkspaceFs {
             ));
         }
         Some(out)
-    }
-
-    fn backing(&self) -> std::sync::MutexGuard<'_, BackingTable> {
-        self.backing.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Open flags for a handle served by the daemon: keep the page cache unless a
-    /// passthrough open may have changed the file behind it.
-    fn cached_open_flags(&self, inode: INodeNo) -> FopenFlags {
-        if self.backing().bypassed_cache.remove(&inode.0) {
-            FopenFlags::empty()
-        } else {
-            FopenFlags::FOPEN_KEEP_CACHE
-        }
-    }
-
-    /// The kernel's id for `staged`, registering it on first use. `None` if the kernel
-    /// refuses (no CAP_SYS_ADMIN, say): passthrough is then off for the rest of the mount.
-    fn backing_id(
-        &self,
-        inode: INodeNo,
-        handle: u64,
-        staged: &StagedFile,
-        register: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
-    ) -> Option<Arc<BackingId>> {
-        let mut table = self.backing();
-        let id = match table.by_inode.get(&inode.0).and_then(Weak::upgrade) {
-            Some(id) => id,
-            None => match register(staged.file()) {
-                Ok(id) => {
-                    let id = Arc::new(id);
-                    table.by_inode.insert(inode.0, Arc::downgrade(&id));
-                    id
-                }
-                Err(err) => {
-                    tracing::warn!(
-                        "kernel refused passthrough, serving data through the daemon: {err}"
-                    );
-                    self.passthrough.store(false, Ordering::Relaxed);
-                    return None;
-                }
-            },
-        };
-        table.by_handle.insert(handle, id.clone());
-        table.bypassed_cache.insert(inode.0);
-        Some(id)
-    }
-
-    fn forget_backing(&self, handle: u64, inode: INodeNo) {
-        let mut table = self.backing();
-        table.by_handle.remove(&handle);
-        if table
-            .by_inode
-            .get(&inode.0)
-            .is_some_and(|w| w.strong_count() == 0)
-        {
-            table.by_inode.remove(&inode.0);
-        }
     }
 }
 
@@ -481,34 +420,6 @@ impl WorkspaceFs {
         })
     }
 
-    /// A write by someone without `CAP_FSETID` (the kernel's FUSE_WRITE_KILL_SUIDGID):
-    /// the store drops the file's set-id bits, and the kernel forgets the attributes it
-    /// cached (only those: a page-cache invalidation could wait on this very write).
-    fn drop_setid(
-        &self,
-        req: &Request,
-        inode: INodeNo,
-        handle: FileHandle,
-    ) -> computer_vfs::Result<()> {
-        let process = RequestProcess::of(&Sender::of(req));
-        let writer = self.caller(&Sender::of(req), &process);
-        if self.ws.drop_setid_after_write(writer, fh(handle))? {
-            if let Some(notifier) = self.notifier.get() {
-                let _ = notifier.inval_inode(inode, -1, 0);
-            }
-        }
-        Ok(())
-    }
-
-    /// After a directory's mode or owner changed, the kernel drops the listing it keeps,
-    /// so that the next one is read from the daemon and checked against the new
-    /// permissions.
-    fn forget_listing(&self, dir: INodeNo) {
-        if let Some(notifier) = self.notifier.get() {
-            let _ = notifier.inval_inode(dir, 0, 0);
-        }
-    }
-
     fn open_flags(&self, flags: i32) -> OpenFlags {
         let mut flags = OpenFlags::from_libc(flags);
         // With writeback caching the kernel computes append offsets itself.
@@ -527,63 +438,68 @@ impl WorkspaceFs {
         opened: &Opened,
         writes: bool,
     ) {
-        let handle = opened.handle.0;
-        if let Some(staged) = &opened.staged {
-            if !opened.passthrough {
-                // Served by the daemon, uncached: other handles may be passthrough.
-                return reply.opened(FileHandle(handle), FopenFlags::FOPEN_DIRECT_IO);
+        let handle = FileHandle(opened.handle.0);
+        match self.open_route(inode, opened) {
+            OpenRoute::Passthrough(id) => {
+                reply.opened_passthrough(handle, FopenFlags::FOPEN_NOFLUSH, id)
             }
-            let register = |file: &std::fs::File| reply.open_backing(file);
-            if let Some(id) = self.backing_id(inode, handle, staged, register) {
-                return reply.opened_passthrough(
-                    FileHandle(handle),
-                    FopenFlags::FOPEN_NOFLUSH,
-                    &id,
-                );
+            OpenRoute::Daemon(flags) => reply.opened(handle, flags),
+            OpenRoute::Cached => {
+                let mut flags = self.cached_open_flags(inode);
+                if !writes {
+                    // Nothing to commit at its close: `cat`, `grep -r` and `git status`
+                    // open thousands of files, and each FLUSH would be a round trip (the
+                    // kernel keeps POSIX locks itself: this daemon implements none).
+                    flags |= FopenFlags::FOPEN_NOFLUSH;
+                }
+                reply.opened(handle, flags)
             }
-            // Served through the daemon from the staging file; no page cache to trust.
-            return reply.opened(FileHandle(handle), FopenFlags::empty());
         }
-        let mut flags = self.cached_open_flags(inode);
-        if !writes {
-            // Nothing to commit at its close: `cat`, `grep -r` and `git status` open
-            // thousands of files, and each FLUSH would be a round trip (the kernel keeps
-            // POSIX locks itself: this daemon implements none).
-            flags |= FopenFlags::FOPEN_NOFLUSH;
-        }
-        reply.opened(FileHandle(handle), flags)
     }
 
     /// The answer to a `create`, as [`WorkspaceFs::reply_opened`] with the new entry.
-    fn reply_created(&self, reply: ReplyCreate, fuse_attr: &FileAttr, opened: &Opened) {
-        let handle = opened.handle.0;
-        if let Some(staged) = &opened.staged {
-            if !opened.passthrough {
-                let flags = FopenFlags::FOPEN_DIRECT_IO;
-                return reply.created(&TTL, fuse_attr, Generation(0), FileHandle(handle), flags);
+    fn reply_created(&self, reply: impl answer::Create, fuse_attr: &FileAttr, opened: &Opened) {
+        let handle = FileHandle(opened.handle.0);
+        let entry = answer::NewEntry {
+            ttl: &TTL,
+            attr: fuse_attr,
+            generation: Generation(0),
+        };
+        match self.open_route(fuse_attr.ino, opened) {
+            OpenRoute::Passthrough(id) => {
+                reply.created_passthrough(&entry, handle, FopenFlags::FOPEN_NOFLUSH, id)
             }
-            let register = |file: &std::fs::File| reply.open_backing(file);
-            if let Some(id) = self.backing_id(fuse_attr.ino, handle, staged, register) {
-                return reply.created_passthrough(
-                    &TTL,
-                    fuse_attr,
-                    Generation(0),
-                    FileHandle(handle),
-                    FopenFlags::FOPEN_NOFLUSH,
-                    &id,
-                );
+            OpenRoute::Daemon(flags) => reply.created(&entry, handle, flags),
+            OpenRoute::Cached => {
+                let flags = self.cached_open_flags(fuse_attr.ino);
+                reply.created(&entry, handle, flags)
             }
-            return reply.created(
-                &TTL,
-                fuse_attr,
-                Generation(0),
-                FileHandle(handle),
-                FopenFlags::empty(),
-            );
         }
-        let flags = self.cached_open_flags(fuse_attr.ino);
-        reply.created(&TTL, fuse_attr, Generation(0), FileHandle(handle), flags)
     }
+
+    /// How the kernel reaches an open file's data: a staged file through passthrough
+    /// where the kernel takes it, else through the daemon without the page cache (other
+    /// handles may pass through); an unstaged file through the page cache.
+    fn open_route(&self, inode: INodeNo, opened: &Opened) -> OpenRoute {
+        let Some(staged) = &opened.staged else {
+            return OpenRoute::Cached;
+        };
+        if !opened.passthrough {
+            return OpenRoute::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+        }
+        match self.backing_id(inode, opened.handle.0, staged) {
+            Some(id) => OpenRoute::Passthrough(id),
+            // Served through the daemon from the staging file; no page cache to trust.
+            None => OpenRoute::Daemon(FopenFlags::empty()),
+        }
+    }
+}
+
+/// See [`WorkspaceFs::open_route`].
+enum OpenRoute {
+    Passthrough(u32),
+    Daemon(FopenFlags),
+    Cached,
 }
 
 /// The handlers of the requests both transports carry: fuser's `Filesystem` methods
@@ -1044,7 +960,6 @@ impl Filesystem for WorkspaceFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _timer = self.timer("setattr");
         let changes = SetAttr {
             perm: mode.map(|m| m & 0o7777),
             uid,
@@ -1055,21 +970,7 @@ impl Filesystem for WorkspaceFs {
             ctime: ctime.map(request_timestamp),
             through_handle: fh.is_some(),
         };
-        // Set-id bits: with FUSE_HANDLE_KILLPRIV_V2 the store drops them after a chown
-        // or truncate (`Workspace::setattr`) and after a write (`write`).
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.setattr(
-            self.caller(&Sender::of(req), &process),
-            ino(inode),
-            &changes,
-        );
-        let permissions_changed =
-            changes.perm.is_some() || changes.uid.is_some() || changes.gid.is_some();
-        let listing_stale = permissions_changed && matches!(&result, Ok(attr) if attr.is_dir());
-        reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)));
-        if listing_stale {
-            self.forget_listing(inode);
-        }
+        self.serve_setattr(&Sender::of(req), inode, changes, reply)
     }
 
     fn readlink(&self, _req: &Request, inode: INodeNo, reply: ReplyData) {
@@ -1086,23 +987,7 @@ impl Filesystem for WorkspaceFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.timer("mknod");
-        let Some(kind) = FileKind::from_mode(mode) else {
-            return reply.error(Errno::EINVAL);
-        };
-        if matches!(kind, FileKind::Directory | FileKind::Symlink) {
-            return reply.error(Errno::EINVAL);
-        }
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.mknod(
-            self.caller(&Sender::of(req), &process),
-            ino(parent),
-            name.as_bytes(),
-            kind,
-            NewNode::new(mode & 0o7777),
-            rdev,
-        );
-        self.reply_entry(reply, result);
+        self.serve_mknod(&Sender::of(req), parent, name, mode, rdev, reply)
     }
 
     fn mkdir(
@@ -1114,37 +999,15 @@ impl Filesystem for WorkspaceFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let _timer = self.timer("mkdir");
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.mkdir(
-            self.caller(&Sender::of(req), &process),
-            ino(parent),
-            name.as_bytes(),
-            NewNode::new(mode & 0o7777),
-        );
-        self.reply_entry(reply, result);
+        self.serve_mkdir(&Sender::of(req), parent, name, mode, reply)
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.timer("unlink");
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.unlink(
-            self.caller(&Sender::of(req), &process),
-            ino(parent),
-            name.as_bytes(),
-        );
-        reply.answer(result, |reply, ()| reply.ok())
+        self.serve_unlink(&Sender::of(req), parent, name, reply)
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.timer("rmdir");
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.rmdir(
-            self.caller(&Sender::of(req), &process),
-            ino(parent),
-            name.as_bytes(),
-        );
-        reply.answer(result, |reply, ()| reply.ok())
+        self.serve_rmdir(&Sender::of(req), parent, name, reply)
     }
 
     fn symlink(
@@ -1155,16 +1018,8 @@ impl Filesystem for WorkspaceFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        let _timer = self.timer("symlink");
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.symlink(
-            self.caller(&Sender::of(req), &process),
-            ino(parent),
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-            NewNode::new(0o777),
-        );
-        self.reply_entry(reply, result);
+        let target = target.as_os_str();
+        self.serve_symlink(&Sender::of(req), parent, link_name, target, reply)
     }
 
     fn rename(
@@ -1177,25 +1032,8 @@ impl Filesystem for WorkspaceFs {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.timer("rename");
-        let known = fuser::RenameFlags::RENAME_NOREPLACE | fuser::RenameFlags::RENAME_EXCHANGE;
-        if !(flags - known).is_empty() {
-            return reply.error(Errno::EINVAL);
-        }
-        let flags = RenameFlags {
-            no_replace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
-            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
-        };
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.rename(
-            self.caller(&Sender::of(req), &process),
-            ino(parent),
-            name.as_bytes(),
-            ino(newparent),
-            newname.as_bytes(),
-            flags,
-        );
-        reply.answer(result, |reply, ()| reply.ok())
+        let (from, to) = ((parent, name), (newparent, newname));
+        self.serve_rename(&Sender::of(req), from, to, flags.bits(), reply)
     }
 
     fn link(
@@ -1206,15 +1044,7 @@ impl Filesystem for WorkspaceFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _timer = self.timer("link");
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.link(
-            self.caller(&Sender::of(req), &process),
-            ino(inode),
-            ino(newparent),
-            newname.as_bytes(),
-        );
-        self.reply_entry(reply, result);
+        self.serve_link(&Sender::of(req), inode, newparent, newname, reply)
     }
 
     fn open(&self, req: &Request, inode: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -1231,21 +1061,7 @@ impl Filesystem for WorkspaceFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _timer = self.timer("create");
-        let flags = self.open_flags(flags);
-        let passthrough = self.passthrough.load(Ordering::Relaxed);
-        let process = RequestProcess::of(&Sender::of(req));
-        let created = self.ws.create_for_kernel(
-            self.caller(&Sender::of(req), &process),
-            ino(parent),
-            name.as_bytes(),
-            NewNode::new(mode & 0o7777),
-            flags,
-            passthrough,
-        );
-        reply.answer(created, |reply, (attr, opened)| {
-            self.reply_created(reply, &file_attr(&attr), &opened)
-        });
+        self.serve_create(&Sender::of(req), parent, name, mode, flags, reply)
     }
 
     fn read(
@@ -1274,17 +1090,9 @@ impl Filesystem for WorkspaceFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _timer = self.timer("write");
-        // A write-back from the kernel's page cache: the kernel keeps mtime itself and
-        // sends it with setattr; stamping the arrival time would store a later one.
-        let stamp = !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            if let Err(err) = self.drop_setid(req, inode, handle) {
-                return reply.error(errno(&err));
-            }
-        }
-        let result = self.ws.write_with(fh(handle), offset, data, stamp);
-        reply.answer(result, |reply, written| reply.written(written as u32))
+        let flags = write_flags.bits();
+        let at = (handle, offset);
+        self.serve_write(&Sender::of(req), inode, at, data, flags, reply)
     }
 
     fn flush(
@@ -1373,20 +1181,7 @@ impl Filesystem for WorkspaceFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.timer("setxattr");
-        let mode = if flags & libc::XATTR_CREATE != 0 {
-            XattrSet::Create
-        } else if flags & libc::XATTR_REPLACE != 0 {
-            XattrSet::Replace
-        } else {
-            XattrSet::Any
-        };
-        let process = RequestProcess::of(&Sender::of(req));
-        let who = self.caller(&Sender::of(req), &process);
-        let result = self
-            .ws
-            .setxattr(who, ino(inode), name.as_bytes(), value, mode);
-        reply.answer(result, |reply, ()| reply.ok())
+        self.serve_setxattr(&Sender::of(req), inode, name, value, flags, reply)
     }
 
     fn getxattr(&self, req: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -1398,14 +1193,7 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn removexattr(&self, req: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _timer = self.timer("removexattr");
-        let process = RequestProcess::of(&Sender::of(req));
-        let result = self.ws.removexattr(
-            self.caller(&Sender::of(req), &process),
-            ino(inode),
-            name.as_bytes(),
-        );
-        reply.answer(result, |reply, ()| reply.ok())
+        self.serve_removexattr(&Sender::of(req), inode, name, reply)
     }
 
     fn access(&self, req: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -1422,13 +1210,7 @@ impl Filesystem for WorkspaceFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.timer("fallocate");
-        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
-            return reply.error(Errno::EOPNOTSUPP);
-        }
-        let result = self.ws.allocate(fh(handle), offset, length, keep_size);
-        reply.answer(result, |reply, ()| reply.ok())
+        self.serve_fallocate(handle, offset, length, mode, reply)
     }
 
     fn lseek(
@@ -1456,12 +1238,8 @@ impl Filesystem for WorkspaceFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _timer = self.timer("copy_file_range");
-        let len = len.min(u32::MAX as u64 & !0xfff);
-        let result = self
-            .ws
-            .copy_range(fh(fh_in), offset_in, fh(fh_out), offset_out, len);
-        reply.answer(result, |reply, copied| reply.written(copied as u32))
+        let (from, to) = ((fh_in, offset_in), (fh_out, offset_out));
+        self.serve_copy_file_range(from, to, len, reply)
     }
 }
 

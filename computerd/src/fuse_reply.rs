@@ -47,12 +47,35 @@ pub trait Empty: Fallible {
     fn ok(self);
 }
 
-/// An open file or directory, served by the daemon or passed through to a backing file.
+/// An open file or directory, served by the daemon or passed through to a backing file
+/// the kernel knows by `backing_id` (registered by [`crate::fuse`]'s backing table).
 pub trait Open: Fallible {
     fn opened(self, fh: FileHandle, flags: FopenFlags);
-    /// Registers `file` with the kernel for passthrough.
-    fn open_backing(&self, file: &std::fs::File) -> std::io::Result<BackingId>;
-    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing: &BackingId);
+    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing_id: u32);
+}
+
+/// A new entry and its open file (CREATE), as [`Entry`] and [`Open`] in one.
+pub trait Create: Fallible {
+    fn created(self, entry: &NewEntry<'_>, fh: FileHandle, flags: FopenFlags);
+    fn created_passthrough(
+        self,
+        entry: &NewEntry<'_>,
+        fh: FileHandle,
+        flags: FopenFlags,
+        backing_id: u32,
+    );
+}
+
+/// The entry half of a CREATE's answer.
+pub struct NewEntry<'a> {
+    pub ttl: &'a Duration,
+    pub attr: &'a FileAttr,
+    pub generation: Generation,
+}
+
+/// How many bytes were written (WRITE, COPY_FILE_RANGE).
+pub trait Write: Fallible {
+    fn written(self, size: u32);
 }
 
 /// A page of a listing: `add` returns true once the page is full.
@@ -168,12 +191,38 @@ impl Open for ReplyOpen {
         ReplyOpen::opened(self, fh, flags)
     }
 
-    fn open_backing(&self, file: &std::fs::File) -> std::io::Result<BackingId> {
-        ReplyOpen::open_backing(self, file)
+    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing_id: u32) {
+        // SAFETY: the id is registered for as long as the backing table holds it; the
+        // wrapper fuser needs is taken apart again below without closing the id.
+        let id = unsafe { self.wrap_backing(backing_id) };
+        ReplyOpen::opened_passthrough(self, fh, flags, &id);
+        let _ = BackingId::into_raw(id);
+    }
+}
+
+impl Create for ReplyCreate {
+    fn created(self, entry: &NewEntry<'_>, fh: FileHandle, flags: FopenFlags) {
+        ReplyCreate::created(self, entry.ttl, entry.attr, entry.generation, fh, flags)
     }
 
-    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing: &BackingId) {
-        ReplyOpen::opened_passthrough(self, fh, flags, backing)
+    fn created_passthrough(
+        self,
+        entry: &NewEntry<'_>,
+        fh: FileHandle,
+        flags: FopenFlags,
+        backing_id: u32,
+    ) {
+        // SAFETY: as in `ReplyOpen::opened_passthrough` above.
+        let id = unsafe { self.wrap_backing(backing_id) };
+        let (ttl, attr, generation) = (entry.ttl, entry.attr, entry.generation);
+        ReplyCreate::created_passthrough(self, ttl, attr, generation, fh, flags, &id);
+        let _ = BackingId::into_raw(id);
+    }
+}
+
+impl Write for ReplyWrite {
+    fn written(self, size: u32) {
+        ReplyWrite::written(self, size)
     }
 }
 

@@ -116,9 +116,8 @@ pub struct MountArgs {
     /// 20 (docs/benchmarks.md). The queue threads run under SCHED_IDLE in a cpu cgroup
     /// of their own, which keeps callers on their CPU; where none can be made, callers
     /// outside the daemon's scheduling group pay more than over /dev/fuse. Turns on the
-    /// kernel's switch for it (root; kernel 6.14 or later). Experimental, and for
-    /// read-only mounts only for now.
-    #[arg(long, requires = "read_only")]
+    /// kernel's switch for it (root; kernel 6.14 or later). Experimental.
+    #[arg(long)]
     pub io_uring: bool,
     /// The policy of the commands this mount runs for `computerd exec`: a TOML file
     /// with [linux], [shell] and [js] tables (docs/RUNTIMES.md). Default: no network,
@@ -306,8 +305,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         kernel.notifier_slot(),
     );
     let ring_fs = args.io_uring.then(|| prepare_ring(&fs));
-    let session = fuser::Session::new(fs, &mountpoint, &config)
-        .with_context(|| format!("mounting {}", mountpoint.display()))?;
+    let session = start_session(fs, &mountpoint, &config)?;
     let ring = ring_fs.and_then(|fs| start_ring(fs, &session, args));
     if let Some(polling) = &polling {
         // Every worker reads the session's own descriptor; a duplicate shares its mode.
@@ -362,6 +360,24 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
         );
     }
     Ok(())
+}
+
+/// Mounts `fs` and gives it the session's device, which passthrough registrations go
+/// through whichever transport answers the open.
+fn start_session(
+    fs: WorkspaceFs,
+    mountpoint: &Path,
+    config: &Config,
+) -> anyhow::Result<fuser::Session<WorkspaceFs>> {
+    let device_slot = fs.device_slot();
+    let session = fuser::Session::new(fs, mountpoint, config)
+        .with_context(|| format!("mounting {}", mountpoint.display()))?;
+    let device = session
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating the FUSE device")?;
+    let _ = device_slot.set(Arc::new(device));
+    Ok(session)
 }
 
 /// The poller of the FUSE device, unless told not to poll or the requests travel over
@@ -651,7 +667,8 @@ pub fn staging_dir(db: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// A daemon killed with SIGKILL leaves its mount point answering ENOTCONN; detach it.
+/// A daemon killed with SIGKILL leaves its mount point answering ENOTCONN (or, over
+/// io_uring while the kernel takes the dead daemon's ring down, ECONNABORTED); detach it.
 pub fn clear_stale_mount(mountpoint: &Path) -> anyhow::Result<()> {
     if !is_stale_mount(mountpoint) {
         return Ok(());
@@ -673,13 +690,15 @@ pub fn clear_stale_mount(mountpoint: &Path) -> anyhow::Result<()> {
 /// the kernel answers it from the root's cached attributes (valid for the attribute TTL)
 /// without asking anyone, while `statfs` always goes to the daemon.
 pub(crate) fn is_stale_mount(mountpoint: &Path) -> bool {
+    let gone =
+        |errno: Option<i32>| [Some(libc::ENOTCONN), Some(libc::ECONNABORTED)].contains(&errno);
     match std::fs::metadata(mountpoint) {
-        Err(err) => err.raw_os_error() == Some(libc::ENOTCONN),
+        Err(err) => gone(err.raw_os_error()),
         Ok(meta) if !meta.is_dir() => false,
-        Ok(_) => matches!(
-            nix::sys::statfs::statfs(mountpoint),
-            Err(nix::errno::Errno::ENOTCONN)
-        ),
+        Ok(_) => match nix::sys::statfs::statfs(mountpoint) {
+            Err(errno) => gone(Some(errno as i32)),
+            Ok(_) => false,
+        },
     }
 }
 

@@ -9,9 +9,11 @@
 //! fuser keeps everything else: the mount, INIT (which asks for the ring), and what
 //! the kernel still sends over `/dev/fuse` (forgets, interrupts, any request before
 //! every queue has registered), and the notifications the daemon sends. The ring
-//! carries the requests a read-only mount receives (see [`wire::Request`]); the
-//! handlers are the ones fuser calls ([`WorkspaceFs`]'s `serve_*`), answering through
-//! [`RingReply`].
+//! carries every request the daemon implements (see [`wire::Request`]; the rest are
+//! answered ENOSYS, as fuser answers them); the handlers are the ones fuser calls
+//! ([`WorkspaceFs`]'s `serve_*`), answering through [`RingReply`]. An open that passes
+//! a file through names a backing id registered on the session's device, as over
+//! `/dev/fuse`.
 //!
 //! Each queue registers [`QUEUE_DEPTH`] entries (a header and a payload buffer each);
 //! a queue whose registration fails (a kernel without the transport, or one that did
@@ -27,7 +29,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fuser::{BackingId, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
+use computer_vfs::{SetAttr, SetTime};
+use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use crate::fuse::{Sender, WorkspaceFs, MAX_WRITE};
@@ -374,8 +377,109 @@ impl Queue {
             Request::Access { mask } => fs.serve_access(&sender, inode, mask, reply),
             Request::Lseek { offset, whence } => fs.serve_lseek(inode, offset, whence, reply),
             Request::Unsupported { .. } => answer::Fallible::fail(reply, Errno::ENOSYS),
+            change => self.dispatch_change(&sender, inode, change, reply),
         }
     }
+
+    /// The requests that change the tree.
+    fn dispatch_change(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        request: Request<'_>,
+        reply: RingReply<'_>,
+    ) {
+        let fs = &self.fs;
+        match request {
+            Request::Setattr(changes) => fs.serve_setattr(sender, inode, set_attr(&changes), reply),
+            Request::Mknod { name, mode, rdev } => {
+                fs.serve_mknod(sender, inode, name, mode, rdev, reply)
+            }
+            Request::Mkdir { name, mode } => fs.serve_mkdir(sender, inode, name, mode, reply),
+            Request::Unlink { name } => fs.serve_unlink(sender, inode, name, reply),
+            Request::Rmdir { name } => fs.serve_rmdir(sender, inode, name, reply),
+            Request::Symlink { name, target } => {
+                fs.serve_symlink(sender, inode, name, target, reply)
+            }
+            Request::Rename {
+                name,
+                newdir,
+                newname,
+                flags,
+            } => {
+                let (from, to) = ((inode, name), (INodeNo(newdir), newname));
+                fs.serve_rename(sender, from, to, flags, reply)
+            }
+            Request::Link { oldnodeid, newname } => {
+                fs.serve_link(sender, INodeNo(oldnodeid), inode, newname, reply)
+            }
+            Request::Create { name, flags, mode } => {
+                fs.serve_create(sender, inode, name, mode, flags, reply)
+            }
+            Request::Write {
+                fh,
+                offset,
+                write_flags,
+                data,
+            } => {
+                let at = (FileHandle(fh), offset);
+                fs.serve_write(sender, inode, at, data, write_flags, reply)
+            }
+            Request::Setxattr { name, value, flags } => {
+                fs.serve_setxattr(sender, inode, name, value, flags, reply)
+            }
+            Request::Removexattr { name } => fs.serve_removexattr(sender, inode, name, reply),
+            Request::Fallocate {
+                fh,
+                offset,
+                length,
+                mode,
+            } => fs.serve_fallocate(FileHandle(fh), offset, length, mode, reply),
+            Request::CopyFileRange {
+                fh_in,
+                off_in,
+                fh_out,
+                off_out,
+                len,
+            } => {
+                let (from, to) = ((FileHandle(fh_in), off_in), (FileHandle(fh_out), off_out));
+                fs.serve_copy_file_range(from, to, len, reply)
+            }
+            other => {
+                debug_assert!(false, "{other:?} is dispatched by `dispatch`");
+                answer::Fallible::fail(reply, Errno::ENOSYS)
+            }
+        }
+    }
+}
+
+/// The store's attribute change from the kernel's SETATTR.
+fn set_attr(changes: &wire::SetattrIn) -> SetAttr {
+    use wire::fattr;
+    let valid = |bit: u32| changes.valid & bit != 0;
+    let time = |set: u32, now: u32, (secs, nanos): (i64, u32)| {
+        valid(set).then(|| match valid(now) {
+            true => SetTime::Now,
+            false => SetTime::At(nanoseconds(secs, nanos)),
+        })
+    };
+    SetAttr {
+        perm: valid(fattr::MODE).then_some(changes.mode & 0o7777),
+        uid: valid(fattr::UID).then_some(changes.uid),
+        gid: valid(fattr::GID).then_some(changes.gid),
+        size: valid(fattr::SIZE).then_some(changes.size),
+        atime: time(fattr::ATIME, fattr::ATIME_NOW, changes.atime),
+        mtime: time(fattr::MTIME, fattr::MTIME_NOW, changes.mtime),
+        ctime: valid(fattr::CTIME).then(|| nanoseconds(changes.ctime.0, changes.ctime.1)),
+        through_handle: valid(fattr::FH),
+    }
+}
+
+/// A time the kernel sends as whole seconds (negative before the epoch) and the
+/// nanoseconds after them, in nanoseconds since the epoch (saturating).
+fn nanoseconds(secs: i64, nanos: u32) -> i64 {
+    secs.saturating_mul(1_000_000_000)
+        .saturating_add(i64::from(nanos))
 }
 
 /// Errors that say the connection is gone: unmounted or aborted.
@@ -581,20 +685,40 @@ impl answer::Empty for RingReply<'_> {
 
 impl answer::Open for RingReply<'_> {
     fn opened(self, fh: FileHandle, flags: FopenFlags) {
-        wire::put_open(&mut self.answer.body, fh.0, flags.bits());
+        wire::put_open(&mut self.answer.body, fh.0, flags.bits(), 0);
     }
 
-    /// Not over the ring yet: the mounts it serves are read-only, which never pass
-    /// through. The handler then serves the file through the daemon.
-    fn open_backing(&self, _file: &std::fs::File) -> std::io::Result<BackingId> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "passthrough over io_uring",
-        ))
+    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing_id: u32) {
+        let flags = flags | FopenFlags::FOPEN_PASSTHROUGH;
+        wire::put_open(&mut self.answer.body, fh.0, flags.bits(), backing_id);
+    }
+}
+
+/// `struct fuse_create_out`: the entry, then the open file.
+impl answer::Create for RingReply<'_> {
+    fn created(self, entry: &answer::NewEntry<'_>, fh: FileHandle, flags: FopenFlags) {
+        let body = &mut self.answer.body;
+        wire::put_entry(body, entry.ttl, entry.attr, entry.generation.0);
+        wire::put_open(body, fh.0, flags.bits(), 0);
     }
 
-    fn opened_passthrough(self, _fh: FileHandle, _flags: FopenFlags, _backing: &BackingId) {
-        unreachable!("no backing id comes from the ring's open_backing")
+    fn created_passthrough(
+        self,
+        entry: &answer::NewEntry<'_>,
+        fh: FileHandle,
+        flags: FopenFlags,
+        backing_id: u32,
+    ) {
+        let body = &mut self.answer.body;
+        let flags = flags | FopenFlags::FOPEN_PASSTHROUGH;
+        wire::put_entry(body, entry.ttl, entry.attr, entry.generation.0);
+        wire::put_open(body, fh.0, flags.bits(), backing_id);
+    }
+}
+
+impl answer::Write for RingReply<'_> {
+    fn written(self, size: u32) {
+        wire::put_written(&mut self.answer.body, size);
     }
 }
 

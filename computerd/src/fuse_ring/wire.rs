@@ -36,22 +36,37 @@ const DIRENT_BYTES: usize = 24;
 mod opcode {
     pub const LOOKUP: u32 = 1;
     pub const GETATTR: u32 = 3;
+    pub const SETATTR: u32 = 4;
     pub const READLINK: u32 = 5;
+    pub const SYMLINK: u32 = 6;
+    pub const MKNOD: u32 = 8;
+    pub const MKDIR: u32 = 9;
+    pub const UNLINK: u32 = 10;
+    pub const RMDIR: u32 = 11;
+    pub const RENAME: u32 = 12;
+    pub const LINK: u32 = 13;
     pub const OPEN: u32 = 14;
     pub const READ: u32 = 15;
+    pub const WRITE: u32 = 16;
     pub const STATFS: u32 = 17;
     pub const RELEASE: u32 = 18;
     pub const FSYNC: u32 = 20;
+    pub const SETXATTR: u32 = 21;
     pub const GETXATTR: u32 = 22;
     pub const LISTXATTR: u32 = 23;
+    pub const REMOVEXATTR: u32 = 24;
     pub const FLUSH: u32 = 25;
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
     pub const RELEASEDIR: u32 = 29;
     pub const FSYNCDIR: u32 = 30;
     pub const ACCESS: u32 = 34;
+    pub const CREATE: u32 = 35;
+    pub const FALLOCATE: u32 = 43;
     pub const READDIRPLUS: u32 = 44;
+    pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
+    pub const COPY_FILE_RANGE: u32 = 47;
 }
 
 /// `struct fuse_in_header`, the fields a handler uses.
@@ -69,25 +84,150 @@ pub struct InHeader {
 /// answered ENOSYS, as fuser answers what a filesystem does not implement.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Request<'a> {
-    Lookup { name: &'a OsStr },
+    Lookup {
+        name: &'a OsStr,
+    },
     Getattr,
     Readlink,
-    Open { flags: i32 },
-    Read { fh: u64, offset: u64, size: u32 },
-    Flush { fh: u64 },
-    Release { fh: u64 },
-    Fsync { fh: u64, datasync: bool },
+    Open {
+        flags: i32,
+    },
+    Read {
+        fh: u64,
+        offset: u64,
+        size: u32,
+    },
+    Flush {
+        fh: u64,
+    },
+    Release {
+        fh: u64,
+    },
+    Fsync {
+        fh: u64,
+        datasync: bool,
+    },
     Opendir,
-    Readdir { offset: u64, size: u32 },
-    Readdirplus { offset: u64, size: u32 },
+    Readdir {
+        offset: u64,
+        size: u32,
+    },
+    Readdirplus {
+        offset: u64,
+        size: u32,
+    },
     Releasedir,
     Fsyncdir,
     Statfs,
-    Getxattr { name: &'a OsStr, size: u32 },
-    Listxattr { size: u32 },
-    Access { mask: i32 },
-    Lseek { offset: i64, whence: i32 },
-    Unsupported { opcode: u32 },
+    Getxattr {
+        name: &'a OsStr,
+        size: u32,
+    },
+    Listxattr {
+        size: u32,
+    },
+    Access {
+        mask: i32,
+    },
+    Lseek {
+        offset: i64,
+        whence: i32,
+    },
+    Setattr(SetattrIn),
+    Mknod {
+        name: &'a OsStr,
+        mode: u32,
+        rdev: u32,
+    },
+    Mkdir {
+        name: &'a OsStr,
+        mode: u32,
+    },
+    Unlink {
+        name: &'a OsStr,
+    },
+    Rmdir {
+        name: &'a OsStr,
+    },
+    Symlink {
+        name: &'a OsStr,
+        target: &'a OsStr,
+    },
+    /// RENAME (flags 0) and RENAME2.
+    Rename {
+        name: &'a OsStr,
+        newdir: u64,
+        newname: &'a OsStr,
+        flags: u32,
+    },
+    Link {
+        oldnodeid: u64,
+        newname: &'a OsStr,
+    },
+    Create {
+        name: &'a OsStr,
+        flags: i32,
+        mode: u32,
+    },
+    Write {
+        fh: u64,
+        offset: u64,
+        write_flags: u32,
+        data: &'a [u8],
+    },
+    Setxattr {
+        name: &'a OsStr,
+        value: &'a [u8],
+        flags: i32,
+    },
+    Removexattr {
+        name: &'a OsStr,
+    },
+    Fallocate {
+        fh: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    },
+    CopyFileRange {
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    },
+    Unsupported {
+        opcode: u32,
+    },
+}
+
+/// `struct fuse_setattr_in`: which fields are set (`valid`, `FATTR_*`) and their values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SetattrIn {
+    pub valid: u32,
+    pub fh: u64,
+    pub size: u64,
+    /// Seconds and nanoseconds, as the kernel sends them.
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The `FATTR_*` bits of [`SetattrIn::valid`].
+pub mod fattr {
+    pub const MODE: u32 = 1 << 0;
+    pub const UID: u32 = 1 << 1;
+    pub const GID: u32 = 1 << 2;
+    pub const SIZE: u32 = 1 << 3;
+    pub const ATIME: u32 = 1 << 4;
+    pub const MTIME: u32 = 1 << 5;
+    pub const FH: u32 = 1 << 6;
+    pub const ATIME_NOW: u32 = 1 << 7;
+    pub const MTIME_NOW: u32 = 1 << 8;
+    pub const CTIME: u32 = 1 << 10;
 }
 
 impl Request<'_> {
@@ -97,6 +237,7 @@ impl Request<'_> {
         matches!(
             self,
             Request::Read { .. }
+                | Request::Write { .. }
                 | Request::Readdir { .. }
                 | Request::Readdirplus { .. }
                 | Request::Fsync { .. }
@@ -195,9 +336,134 @@ pub fn decode<'a>(opcode: u32, op_in: &'a [u8], payload: &'a [u8]) -> Result<Req
             offset: u64_at(op_in, 8)? as i64,
             whence: u32_at(op_in, 16)? as i32,
         },
+        opcode => return decode_change(opcode, op_in, payload),
+    };
+    Ok(request)
+}
+
+/// Decodes the requests that change the tree (and `Unsupported`).
+fn decode_change<'a>(
+    opcode: u32,
+    op_in: &'a [u8],
+    payload: &'a [u8],
+) -> Result<Request<'a>, Errno> {
+    let request = match opcode {
+        opcode::SETATTR => Request::Setattr(setattr_in(op_in)?),
+        opcode::WRITE => {
+            let size = u32_at(op_in, 16)? as usize;
+            Request::Write {
+                fh: u64_at(op_in, 0)?,
+                offset: u64_at(op_in, 8)?,
+                write_flags: u32_at(op_in, 20)?,
+                data: payload.get(..size).ok_or(Errno::EINVAL)?,
+            }
+        }
+        opcode::SETXATTR => {
+            let size = u32_at(op_in, 0)? as usize;
+            let name = name(payload)?;
+            let value_at = name.len() + 1;
+            let value = payload.get(value_at..value_at + size);
+            Request::Setxattr {
+                name,
+                value: value.ok_or(Errno::EINVAL)?,
+                flags: u32_at(op_in, 4)? as i32,
+            }
+        }
+        opcode::REMOVEXATTR => Request::Removexattr {
+            name: name(payload)?,
+        },
+        opcode::FALLOCATE => Request::Fallocate {
+            fh: u64_at(op_in, 0)?,
+            offset: u64_at(op_in, 8)?,
+            length: u64_at(op_in, 16)?,
+            mode: u32_at(op_in, 24)? as i32,
+        },
+        opcode::COPY_FILE_RANGE => Request::CopyFileRange {
+            fh_in: u64_at(op_in, 0)?,
+            off_in: u64_at(op_in, 8)?,
+            fh_out: u64_at(op_in, 24)?,
+            off_out: u64_at(op_in, 32)?,
+            len: u64_at(op_in, 40)?,
+        },
+        opcode => return decode_names_change(opcode, op_in, payload),
+    };
+    Ok(request)
+}
+
+/// Decodes the requests that add, remove or move names (and `Unsupported`).
+fn decode_names_change<'a>(
+    opcode: u32,
+    op_in: &'a [u8],
+    payload: &'a [u8],
+) -> Result<Request<'a>, Errno> {
+    let request = match opcode {
+        opcode::MKNOD => Request::Mknod {
+            mode: u32_at(op_in, 0)?,
+            rdev: u32_at(op_in, 4)?,
+            name: name(payload)?,
+        },
+        opcode::MKDIR => Request::Mkdir {
+            mode: u32_at(op_in, 0)?,
+            name: name(payload)?,
+        },
+        opcode::UNLINK => Request::Unlink {
+            name: name(payload)?,
+        },
+        opcode::RMDIR => Request::Rmdir {
+            name: name(payload)?,
+        },
+        opcode::SYMLINK => {
+            let (name, target) = two_names(payload)?;
+            Request::Symlink { name, target }
+        }
+        opcode::RENAME | opcode::RENAME2 => {
+            let (name, newname) = two_names(payload)?;
+            let flags = match opcode {
+                opcode::RENAME2 => u32_at(op_in, 8)?,
+                _ => 0,
+            };
+            let newdir = u64_at(op_in, 0)?;
+            Request::Rename {
+                name,
+                newdir,
+                newname,
+                flags,
+            }
+        }
+        opcode::LINK => Request::Link {
+            oldnodeid: u64_at(op_in, 0)?,
+            newname: name(payload)?,
+        },
+        opcode::CREATE => Request::Create {
+            flags: u32_at(op_in, 0)? as i32,
+            mode: u32_at(op_in, 4)?,
+            name: name(payload)?,
+        },
         opcode => Request::Unsupported { opcode },
     };
     Ok(request)
+}
+
+/// `struct fuse_setattr_in`.
+fn setattr_in(op_in: &[u8]) -> Result<SetattrIn, Errno> {
+    Ok(SetattrIn {
+        valid: u32_at(op_in, 0)?,
+        fh: u64_at(op_in, 8)?,
+        size: u64_at(op_in, 16)?,
+        atime: (u64_at(op_in, 32)? as i64, u32_at(op_in, 56)?),
+        mtime: (u64_at(op_in, 40)? as i64, u32_at(op_in, 60)?),
+        ctime: (u64_at(op_in, 48)? as i64, u32_at(op_in, 64)?),
+        mode: u32_at(op_in, 68)?,
+        uid: u32_at(op_in, 76)?,
+        gid: u32_at(op_in, 80)?,
+    })
+}
+
+/// Two names one after the other, each NUL-terminated (SYMLINK, RENAME).
+fn two_names(payload: &[u8]) -> Result<(&OsStr, &OsStr), Errno> {
+    let first = name(payload)?;
+    let second = name(&payload[first.len() + 1..])?;
+    Ok((first, second))
 }
 
 /// A name the kernel sends NUL-terminated.
@@ -306,11 +572,18 @@ fn mode_bits(kind: FileType) -> u32 {
     }
 }
 
-/// Appends `struct fuse_open_out`.
-pub fn put_open(out: &mut Vec<u8>, fh: u64, open_flags: u32) {
+/// Appends `struct fuse_open_out`; `backing_id` is 0 unless `open_flags` asks for
+/// passthrough.
+pub fn put_open(out: &mut Vec<u8>, fh: u64, open_flags: u32, backing_id: u32) {
     out.extend_from_slice(&fh.to_ne_bytes());
     out.extend_from_slice(&open_flags.to_ne_bytes());
-    out.extend_from_slice(&0i32.to_ne_bytes()); // backing_id: none
+    out.extend_from_slice(&backing_id.to_ne_bytes());
+}
+
+/// Appends `struct fuse_write_out`.
+pub fn put_written(out: &mut Vec<u8>, size: u32) {
+    out.extend_from_slice(&size.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
 }
 
 /// Appends `struct fuse_kstatfs`: `counts` are blocks, bfree, bavail, files and
@@ -434,6 +707,112 @@ mod tests {
             decode(99, &[], &[]),
             Ok(Request::Unsupported { opcode: 99 })
         );
+    }
+
+    fn words(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn changes_decode_from_their_header_and_payload() {
+        // fuse_write_in: fh, offset, size and write_flags, lock owner, flags.
+        let mut write_in = words(&[5, 8192]);
+        write_in.extend_from_slice(&3u32.to_ne_bytes());
+        write_in.extend_from_slice(&4u32.to_ne_bytes());
+        assert_eq!(
+            decode(opcode::WRITE, &write_in, b"abcdef"),
+            Ok(Request::Write {
+                fh: 5,
+                offset: 8192,
+                write_flags: 4,
+                data: b"abc"
+            })
+        );
+        assert_eq!(
+            decode(opcode::WRITE, &write_in, b"ab"),
+            Err(Errno::EINVAL),
+            "less data than the header says"
+        );
+        let mut rename2_in = words(&[9]);
+        rename2_in.extend_from_slice(&libc::RENAME_EXCHANGE.to_ne_bytes());
+        assert_eq!(
+            decode(opcode::RENAME2, &rename2_in, b"a\0bc\0"),
+            Ok(Request::Rename {
+                name: OsStr::new("a"),
+                newdir: 9,
+                newname: OsStr::new("bc"),
+                flags: libc::RENAME_EXCHANGE
+            })
+        );
+        assert_eq!(
+            decode(opcode::SYMLINK, &[], b"link\0../target\0"),
+            Ok(Request::Symlink {
+                name: OsStr::new("link"),
+                target: OsStr::new("../target")
+            })
+        );
+        assert_eq!(decode(opcode::SYMLINK, &[], b"link\0"), Err(Errno::EINVAL));
+        let mut setxattr_in = 2u32.to_ne_bytes().to_vec();
+        setxattr_in.extend_from_slice(&(libc::XATTR_CREATE as u32).to_ne_bytes());
+        assert_eq!(
+            decode(opcode::SETXATTR, &setxattr_in, b"user.k\0v\0"),
+            Ok(Request::Setxattr {
+                name: OsStr::new("user.k"),
+                value: b"v\0",
+                flags: libc::XATTR_CREATE
+            })
+        );
+        assert_eq!(
+            decode(opcode::SETXATTR, &setxattr_in, b"user.k\0v"),
+            Err(Errno::EINVAL)
+        );
+    }
+
+    #[test]
+    fn setattr_reads_every_field_at_its_offset() {
+        // valid, padding; fh, size, lock_owner, atime, mtime, ctime; atimensec,
+        // mtimensec, ctimensec, mode, unused, uid, gid, unused.
+        let mut op_in = Vec::new();
+        op_in.extend_from_slice(&(fattr::MODE | fattr::MTIME).to_ne_bytes());
+        op_in.extend_from_slice(&0u32.to_ne_bytes());
+        op_in.extend(words(&[3, 4096, 0, 10, (-20i64) as u64, 30]));
+        for word in [1u32, 2, 3, 0o4755, 0, 1000, 100, 0] {
+            op_in.extend_from_slice(&word.to_ne_bytes());
+        }
+        assert_eq!(op_in.len(), 88, "struct fuse_setattr_in");
+        assert_eq!(
+            decode(opcode::SETATTR, &op_in, &[]),
+            Ok(Request::Setattr(SetattrIn {
+                valid: fattr::MODE | fattr::MTIME,
+                fh: 3,
+                size: 4096,
+                atime: (10, 1),
+                mtime: (-20, 2),
+                ctime: (30, 3),
+                mode: 0o4755,
+                uid: 1000,
+                gid: 100,
+            }))
+        );
+        assert_eq!(
+            decode(opcode::SETATTR, &op_in[..80], &[]),
+            Err(Errno::EINVAL)
+        );
+    }
+
+    #[test]
+    fn opens_and_writes_encode_as_the_kernel_reads_them() {
+        let mut out = Vec::new();
+        put_open(&mut out, 7, 1 << 7, 3);
+        assert_eq!(out.len(), 16, "struct fuse_open_out");
+        assert_eq!(
+            (u64_at(&out, 0), u32_at(&out, 8), u32_at(&out, 12)),
+            (Ok(7), Ok(128), Ok(3))
+        );
+        out.clear();
+        put_written(&mut out, 4096);
+        assert_eq!(out.len(), 8, "struct fuse_write_out");
+        assert_eq!(u32_at(&out, 0), Ok(4096));
     }
 
     #[test]

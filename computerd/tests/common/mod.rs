@@ -23,6 +23,17 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 const DAEMON_EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Log filter of the daemons started by the tests.
 const DAEMON_LOG: &str = "info,fuser=error";
+/// Extra `computerd mount` arguments for every mount of a run, split at whitespace: the
+/// same tests over another configuration (`COMPUTERD_TEST_MOUNT_ARGS=--io-uring`, as
+/// scripts/test.sh runs them).
+const EXTRA_MOUNT_ARGS_ENV: &str = "COMPUTERD_TEST_MOUNT_ARGS";
+
+/// The arguments of [`EXTRA_MOUNT_ARGS_ENV`].
+pub fn extra_mount_args() -> Vec<String> {
+    std::env::var(EXTRA_MOUNT_ARGS_ENV)
+        .map(|args| args.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
+}
 
 static SUBREAPER: Once = Once::new();
 
@@ -181,6 +192,11 @@ impl Mount {
             .arg("--log-file")
             .arg(&self.log)
             .args(args)
+            .args(
+                extra_mount_args()
+                    .iter()
+                    .filter(|extra| !args.contains(&extra.as_str())),
+            )
             .env("NO_COLOR", "1");
         let what = format!("computerd mount {} {args:?}", self.mnt.display());
         let out = run_cmd(&mut cmd, &what, Duration::from_secs(60));

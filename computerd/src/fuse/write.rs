@@ -1,0 +1,340 @@
+//! The handlers of the requests that change the tree, for both transports: fuser's
+//! `Filesystem` methods call them with fuser's replies, the io_uring queues
+//! (`fuse_ring`) with theirs. As the rest of the adapter, each decodes its arguments,
+//! calls one [`Workspace`](computer_vfs::Workspace) method and answers.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+
+use computer_vfs::{FileKind, NewNode, RenameFlags, SetAttr, XattrSet};
+use fuser::{Errno, FileHandle, INodeNo};
+
+use super::{fh, file_attr, ino, RequestProcess, Sender, WorkspaceFs, TTL};
+use crate::fuse_reply::{self as answer, errno};
+
+/// `FUSE_WRITE_CACHE`: a write-back from the kernel's page cache.
+const WRITE_CACHE: u32 = 1 << 0;
+/// `FUSE_WRITE_KILL_SUIDGID`: the writer lacks `CAP_FSETID`.
+const WRITE_KILL_SUIDGID: u32 = 1 << 2;
+
+impl WorkspaceFs {
+    pub(crate) fn serve_setattr(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        changes: SetAttr,
+        reply: impl answer::Attr,
+    ) {
+        let _timer = self.timer("setattr");
+        // Set-id bits: with FUSE_HANDLE_KILLPRIV_V2 the store drops them after a chown
+        // or truncate (`Workspace::setattr`) and after a write (`serve_write`).
+        let process = RequestProcess::of(sender);
+        let result = self
+            .ws
+            .setattr(self.caller(sender, &process), ino(inode), &changes);
+        let permissions_changed =
+            changes.perm.is_some() || changes.uid.is_some() || changes.gid.is_some();
+        let listing_stale = permissions_changed && matches!(&result, Ok(attr) if attr.is_dir());
+        reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)));
+        if listing_stale {
+            self.forget_listing(inode);
+        }
+    }
+
+    pub(crate) fn serve_mknod(
+        &self,
+        sender: &Sender,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+        reply: impl answer::Entry,
+    ) {
+        let _timer = self.timer("mknod");
+        let Some(kind) = FileKind::from_mode(mode) else {
+            return reply.fail(Errno::EINVAL);
+        };
+        if matches!(kind, FileKind::Directory | FileKind::Symlink) {
+            return reply.fail(Errno::EINVAL);
+        }
+        let process = RequestProcess::of(sender);
+        let result = self.ws.mknod(
+            self.caller(sender, &process),
+            ino(parent),
+            name.as_bytes(),
+            kind,
+            NewNode::new(mode & 0o7777),
+            rdev,
+        );
+        self.reply_entry(reply, result);
+    }
+
+    pub(crate) fn serve_mkdir(
+        &self,
+        sender: &Sender,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        reply: impl answer::Entry,
+    ) {
+        let _timer = self.timer("mkdir");
+        let process = RequestProcess::of(sender);
+        let result = self.ws.mkdir(
+            self.caller(sender, &process),
+            ino(parent),
+            name.as_bytes(),
+            NewNode::new(mode & 0o7777),
+        );
+        self.reply_entry(reply, result);
+    }
+
+    pub(crate) fn serve_unlink(
+        &self,
+        sender: &Sender,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("unlink");
+        let process = RequestProcess::of(sender);
+        let who = self.caller(sender, &process);
+        let result = self.ws.unlink(who, ino(parent), name.as_bytes());
+        reply.answer(result, |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_rmdir(
+        &self,
+        sender: &Sender,
+        parent: INodeNo,
+        name: &OsStr,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("rmdir");
+        let process = RequestProcess::of(sender);
+        let who = self.caller(sender, &process);
+        let result = self.ws.rmdir(who, ino(parent), name.as_bytes());
+        reply.answer(result, |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_symlink(
+        &self,
+        sender: &Sender,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &OsStr,
+        reply: impl answer::Entry,
+    ) {
+        let _timer = self.timer("symlink");
+        let process = RequestProcess::of(sender);
+        let result = self.ws.symlink(
+            self.caller(sender, &process),
+            ino(parent),
+            link_name.as_bytes(),
+            target.as_bytes(),
+            NewNode::new(0o777),
+        );
+        self.reply_entry(reply, result);
+    }
+
+    /// `flags` as rename2(2) takes them: `RENAME_NOREPLACE` and `RENAME_EXCHANGE`
+    /// (`RENAME_WHITEOUT` is refused).
+    pub(crate) fn serve_rename(
+        &self,
+        sender: &Sender,
+        from: (INodeNo, &OsStr),
+        to: (INodeNo, &OsStr),
+        flags: u32,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("rename");
+        let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+        if flags & !known != 0 {
+            return reply.fail(Errno::EINVAL);
+        }
+        let flags = RenameFlags {
+            no_replace: flags & libc::RENAME_NOREPLACE != 0,
+            exchange: flags & libc::RENAME_EXCHANGE != 0,
+        };
+        let process = RequestProcess::of(sender);
+        let result = self.ws.rename(
+            self.caller(sender, &process),
+            ino(from.0),
+            from.1.as_bytes(),
+            ino(to.0),
+            to.1.as_bytes(),
+            flags,
+        );
+        reply.answer(result, |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_link(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: impl answer::Entry,
+    ) {
+        let _timer = self.timer("link");
+        let process = RequestProcess::of(sender);
+        let result = self.ws.link(
+            self.caller(sender, &process),
+            ino(inode),
+            ino(newparent),
+            newname.as_bytes(),
+        );
+        self.reply_entry(reply, result);
+    }
+
+    pub(crate) fn serve_create(
+        &self,
+        sender: &Sender,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        reply: impl answer::Create,
+    ) {
+        let _timer = self.timer("create");
+        let flags = self.open_flags(flags);
+        let passthrough = self.passthrough.load(Ordering::Relaxed);
+        let process = RequestProcess::of(sender);
+        let created = self.ws.create_for_kernel(
+            self.caller(sender, &process),
+            ino(parent),
+            name.as_bytes(),
+            NewNode::new(mode & 0o7777),
+            flags,
+            passthrough,
+        );
+        reply.answer(created, |reply, (attr, opened)| {
+            self.reply_created(reply, &file_attr(&attr), &opened)
+        });
+    }
+
+    /// Writes `data` at `(handle, offset)`; `write_flags` as the kernel sends them
+    /// (`FUSE_WRITE_*`).
+    pub(crate) fn serve_write(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        (handle, offset): (FileHandle, u64),
+        data: &[u8],
+        write_flags: u32,
+        reply: impl answer::Write,
+    ) {
+        let _timer = self.timer("write");
+        // A write-back from the kernel's page cache: the kernel keeps mtime itself and
+        // sends it with setattr; stamping the arrival time would store a later one.
+        let stamp = write_flags & WRITE_CACHE == 0;
+        if write_flags & WRITE_KILL_SUIDGID != 0 {
+            if let Err(err) = self.drop_setid(sender, inode, handle) {
+                return reply.fail(errno(&err));
+            }
+        }
+        let result = self.ws.write_with(fh(handle), offset, data, stamp);
+        reply.answer(result, |reply, written| reply.written(written as u32))
+    }
+
+    /// A write by someone without `CAP_FSETID` (the kernel's FUSE_WRITE_KILL_SUIDGID):
+    /// the store drops the file's set-id bits, and the kernel forgets the attributes it
+    /// cached (only those: a page-cache invalidation could wait on this very write).
+    fn drop_setid(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        handle: FileHandle,
+    ) -> computer_vfs::Result<()> {
+        let process = RequestProcess::of(sender);
+        let writer = self.caller(sender, &process);
+        if self.ws.drop_setid_after_write(writer, fh(handle))? {
+            if let Some(notifier) = self.notifier.get() {
+                let _ = notifier.inval_inode(inode, -1, 0);
+            }
+        }
+        Ok(())
+    }
+
+    /// After a directory's mode or owner changed, the kernel drops the listing it keeps,
+    /// so that the next one is read from the daemon and checked against the new
+    /// permissions.
+    fn forget_listing(&self, dir: INodeNo) {
+        if let Some(notifier) = self.notifier.get() {
+            let _ = notifier.inval_inode(dir, 0, 0);
+        }
+    }
+
+    /// `flags` as setxattr(2) takes them.
+    pub(crate) fn serve_setxattr(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("setxattr");
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrSet::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrSet::Replace
+        } else {
+            XattrSet::Any
+        };
+        let process = RequestProcess::of(sender);
+        let who = self.caller(sender, &process);
+        let result = self
+            .ws
+            .setxattr(who, ino(inode), name.as_bytes(), value, mode);
+        reply.answer(result, |reply, ()| reply.ok())
+    }
+
+    pub(crate) fn serve_removexattr(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        name: &OsStr,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("removexattr");
+        let process = RequestProcess::of(sender);
+        let who = self.caller(sender, &process);
+        let result = self.ws.removexattr(who, ino(inode), name.as_bytes());
+        reply.answer(result, |reply, ()| reply.ok())
+    }
+
+    /// `mode` as fallocate(2) takes it: only `FALLOC_FL_KEEP_SIZE` is supported.
+    pub(crate) fn serve_fallocate(
+        &self,
+        handle: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: impl answer::Empty,
+    ) {
+        let _timer = self.timer("fallocate");
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return reply.fail(Errno::EOPNOTSUPP);
+        }
+        let result = self.ws.allocate(fh(handle), offset, length, keep_size);
+        reply.answer(result, |reply, ()| reply.ok())
+    }
+
+    /// Copies up to `len` bytes between two open files; the answer's count is 32 bits,
+    /// so a larger copy is cut to a whole number of pages below 4 GiB.
+    pub(crate) fn serve_copy_file_range(
+        &self,
+        from: (FileHandle, u64),
+        to: (FileHandle, u64),
+        len: u64,
+        reply: impl answer::Write,
+    ) {
+        let _timer = self.timer("copy_file_range");
+        let len = len.min(u32::MAX as u64 & !0xfff);
+        let result = self.ws.copy_range(fh(from.0), from.1, fh(to.0), to.1, len);
+        reply.answer(result, |reply, copied| reply.written(copied as u32))
+    }
+}
