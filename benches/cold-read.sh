@@ -3,6 +3,9 @@
 #
 #   benches/cold-read.sh [ROUNDS] [MIB]      (root: it drops the page cache)
 #
+# COMPUTERD_MOUNT_ARGS: extra `computerd mount` arguments for the timed mounts (e.g.
+# "--io-uring").
+#
 # A workspace in a scratch directory on the ext4 disk gets one MIB MiB file of random
 # bytes; the same bytes are a plain file beside it. Each round, in turn: drop the page
 # cache and time `cat` of the plain file; mount the workspace, drop the page cache,
@@ -41,7 +44,8 @@ ours=()
 for round in $(seq 1 "$rounds"); do
     drop
     e=$(seconds plain.bin)
-    "$bin" mount ws.db m --daemon >/dev/null
+    # shellcheck disable=SC2086 # a list of arguments
+    "$bin" mount ws.db m --daemon ${COMPUTERD_MOUNT_ARGS:-} >/dev/null
     drop
     c=$(seconds m/big)
     "$bin" umount m >/dev/null 2>&1

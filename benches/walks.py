@@ -21,8 +21,8 @@ files), listed more pages than one: `ls -l`, `du -s`, `ls -f`, `find -type f`, `
                              [--repo .] [--work DIR]
 
 A `--computerd` value is NAME=BIN, then any `computerd mount` options. A target with
-`--read-only` (and `--io-uring`, which needs it) is filled through a writable mount
-first, then mounted again with its options; the commands that write skip it.
+`--read-only` is filled through a writable mount first, then mounted again with its
+options; the commands that write skip it.
 
 Run it as root, like the other mount benchmarks: a daemon not run by root mounts with
 `default_permissions`, which changes what the kernel asks.
@@ -51,7 +51,7 @@ COMMANDS = {
 }
 WRITING_COMMANDS = {"echo > f && rm f"}
 # Options that a mount being filled cannot have.
-READ_ONLY_OPTIONS = {"--read-only", "--io-uring"}
+READ_ONLY_OPTIONS = {"--read-only"}
 
 
 LARGE_COMMANDS = {

@@ -668,7 +668,8 @@ pub fn staging_dir(db: &Path) -> PathBuf {
 }
 
 /// A daemon killed with SIGKILL leaves its mount point answering ENOTCONN (or, over
-/// io_uring while the kernel takes the dead daemon's ring down, ECONNABORTED); detach it.
+/// io_uring while the kernel takes the dead daemon's queues down, ECONNABORTED or
+/// ECANCELED); detach it.
 pub fn clear_stale_mount(mountpoint: &Path) -> anyhow::Result<()> {
     if !is_stale_mount(mountpoint) {
         return Ok(());
@@ -690,8 +691,8 @@ pub fn clear_stale_mount(mountpoint: &Path) -> anyhow::Result<()> {
 /// the kernel answers it from the root's cached attributes (valid for the attribute TTL)
 /// without asking anyone, while `statfs` always goes to the daemon.
 pub(crate) fn is_stale_mount(mountpoint: &Path) -> bool {
-    let gone =
-        |errno: Option<i32>| [Some(libc::ENOTCONN), Some(libc::ECONNABORTED)].contains(&errno);
+    const GONE: [i32; 3] = [libc::ENOTCONN, libc::ECONNABORTED, libc::ECANCELED];
+    let gone = |errno: Option<i32>| errno.is_some_and(|errno| GONE.contains(&errno));
     match std::fs::metadata(mountpoint) {
         Err(err) => gone(err.raw_os_error()),
         Ok(meta) if !meta.is_dir() => false,

@@ -388,6 +388,20 @@ fn big_file_sha256() {
         "stream.bin after remount"
     );
     m.unmount();
+    if common::extra_mount_args()
+        .iter()
+        .any(|arg| arg == "--io-uring")
+    {
+        // Over io_uring, the read-ahead windows of a file read from the store go to
+        // the read workers (`fuse_ring/offload.rs`).
+        let log = m.daemon_log();
+        let counts = common::ring_counts(&log);
+        let large_reads = counts.as_ref().map_or(0, |(_, large_reads)| *large_reads);
+        assert!(
+            large_reads > 0,
+            "no large read was served by a worker:\n{log}"
+        );
+    }
     m.check_db();
 }
 

@@ -294,12 +294,17 @@ fn stderr_of(child: &mut std::process::Child) -> String {
 /// daemon (a new name, statfs); a `stat` and a listing may be answered from the
 /// kernel's caches, and opening a directory never asks the daemon. Over io_uring a
 /// request can still reach the dead daemon's queues while the kernel takes its ring
-/// down, and is aborted (ECONNABORTED).
+/// down, and is aborted (ECONNABORTED) or cancelled (ECANCELED).
 fn assert_stale(m: &Mount) {
+    const DEAD: [Option<i32>; 3] = [
+        Some(libc::ENOTCONN),
+        Some(libc::ECONNABORTED),
+        Some(libc::ECANCELED),
+    ];
     let err = std::fs::File::create(m.mnt.join("probe-of-a-dead-mount"))
         .expect_err("a dead mount creates a file");
     assert!(
-        [Some(libc::ENOTCONN), Some(libc::ECONNABORTED)].contains(&err.raw_os_error()),
+        DEAD.contains(&err.raw_os_error()),
         "creating a file in the dead mount: {err}"
     );
     let path = std::ffi::CString::new(m.mnt.to_str().unwrap()).unwrap();
@@ -308,7 +313,7 @@ fn assert_stale(m: &Mount) {
     let rc = unsafe { libc::statfs(path.as_ptr(), &mut out) };
     let err = std::io::Error::last_os_error();
     assert!(
-        rc != 0 && err.raw_os_error() == Some(libc::ENOTCONN),
+        rc != 0 && DEAD.contains(&err.raw_os_error()),
         "statfs of the dead mount: rc {rc}, {err}"
     );
     assert!(common::is_mounted(&m.mnt), "the stale mount vanished");

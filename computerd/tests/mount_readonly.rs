@@ -45,21 +45,12 @@ fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
         );
     }
     let log = m.daemon_log();
-    let served = log
-        .lines()
-        .find_map(|line| {
-            line.split("FUSE requests served over io_uring, per CPU: ")
-                .nth(1)
-        })
+    let (served, _) = common::ring_counts(&log)
         .unwrap_or_else(|| panic!("no count of the ring's requests in the log:\n{log}"));
-    let total: u64 = served
-        .trim_matches(|c| c == '[' || c == ']')
-        .split(", ")
-        .map(|n| n.parse::<u64>().unwrap())
-        .sum();
+    let total: u64 = served.iter().sum();
     // The walk above sends some 65 requests past the kernel's caches (no OPEN: the
     // kernel opens the files of a read-only mount without asking).
-    assert!(total > 40, "the ring served {served} requests:\n{log}");
+    assert!(total > 40, "the ring served {served:?} requests:\n{log}");
 }
 
 /// Where the host has a v1 cpu hierarchy (this kind of machine), the ring's threads run

@@ -15,12 +15,18 @@
 //! a file through names a backing id registered on the session's device, as over
 //! `/dev/fuse`.
 //!
+//! A large READ (a read-ahead window) is served by a read worker instead, so that a
+//! file read from disk has several windows in flight ([`offload`]).
+//!
 //! Each queue registers [`QUEUE_DEPTH`] entries (a header and a payload buffer each);
 //! a queue whose registration fails (a kernel without the transport, or one that did
 //! not agree in INIT) logs why and ends, and requests keep going through `/dev/fuse`:
 //! the kernel uses the ring only once every queue has an entry.
 
+mod offload;
 mod placement;
+mod reply;
+mod serve;
 mod wire;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -29,14 +35,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use computer_vfs::{SetAttr, SetTime};
-use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::fuse::{Sender, WorkspaceFs, MAX_WRITE};
-use crate::fuse_reply as answer;
+use crate::fuse::{WorkspaceFs, MAX_WRITE};
+use offload::{Handoff, Inbox, Job, Workers, OFFLOAD_READ_BYTES};
 use placement::RingGroup;
-use wire::Request;
+use reply::Answer;
+use serve::Server;
 
 /// Ring entries per CPU: requests a CPU can have in flight before the kernel queues
 /// more (each blocked caller holds one; so do background RELEASEs).
@@ -49,6 +54,8 @@ const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// The completion of the poll on a queue's stop eventfd.
 const STOP_TOKEN: u64 = u64::MAX;
+/// The completion of the poll on a queue's inbox eventfd ([`offload`]).
+const INBOX_TOKEN: u64 = u64::MAX - 1;
 /// How long a queue keeps retrying a registration the kernel is not ready for.
 const REGISTER_PATIENCE: Duration = Duration::from_secs(5);
 
@@ -68,6 +75,7 @@ pub fn enable_in_kernel() -> std::io::Result<()> {
 /// The running queues.
 pub struct RingTransport {
     queues: Vec<(JoinHandle<()>, OwnedFd)>,
+    workers: Workers,
     served: Arc<Vec<AtomicU64>>,
     /// Where the queue threads run, removed here once they have ended: a thread still
     /// in the group (one dropping the last clone as it exits) could not remove it.
@@ -86,15 +94,18 @@ impl RingTransport {
         let cpus = possible_cpus()?;
         let device = Arc::new(device);
         let served: Arc<Vec<AtomicU64>> = Arc::new((0..cpus).map(|_| AtomicU64::new(0)).collect());
+        let server = Arc::new(Server { fs, owner_only });
+        let (workers, handoff, inboxes) = Workers::start(server.clone(), cpus, cpus)?;
         let group = ring_group();
         let mut queues = Vec::with_capacity(cpus);
-        for qid in 0..cpus {
-            let stop = eventfd()?;
+        for (qid, inbox) in inboxes.into_iter().enumerate() {
+            let stop = eventfd(0)?;
             let queue = Queue {
                 qid,
                 device: device.clone(),
-                fs: fs.clone(),
-                owner_only,
+                server: server.clone(),
+                handoff: handoff.clone(),
+                inbox,
                 stop: stop.as_raw_fd(),
                 served: served.clone(),
                 group: group.clone(),
@@ -106,6 +117,7 @@ impl RingTransport {
         }
         Ok(RingTransport {
             queues,
+            workers,
             served,
             group,
         })
@@ -121,13 +133,18 @@ impl RingTransport {
         for (thread, _) in self.queues {
             let _ = thread.join();
         }
+        // The queues dropped their handoffs as they ended: the workers end too.
+        let large_reads = self.workers.join();
         drop(self.group);
         let served: Vec<u64> = self
             .served
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .collect();
-        tracing::info!("FUSE requests served over io_uring, per CPU: {served:?}");
+        tracing::info!(
+            "FUSE requests served over io_uring, per CPU: {served:?}; large reads served \
+             by the read workers: {large_reads}"
+        );
     }
 }
 
@@ -164,9 +181,10 @@ fn parse_cpu_list(list: &str) -> Option<usize> {
     highest.map(|h| h + 1)
 }
 
-fn eventfd() -> std::io::Result<OwnedFd> {
+/// A new eventfd; `flags` beside `EFD_CLOEXEC`.
+fn eventfd(flags: i32) -> std::io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -178,8 +196,10 @@ fn eventfd() -> std::io::Result<OwnedFd> {
 struct Queue {
     qid: usize,
     device: Arc<OwnedFd>,
-    fs: WorkspaceFs,
-    owner_only: Option<u32>,
+    server: Arc<Server>,
+    /// Where large reads go ([`offload`]), and where they come back.
+    handoff: Handoff,
+    inbox: Inbox,
     stop: RawFd,
     served: Arc<Vec<AtomicU64>>,
     group: Option<Arc<RingGroup>>,
@@ -217,20 +237,21 @@ impl Queue {
     fn serve(&self) -> std::io::Result<()> {
         pin_to_cpu(self.qid);
         self.keep_callers_cpu();
-        let depth = u32::from(QUEUE_DEPTH) + 1; // and the stop poll
+        let depth = u32::from(QUEUE_DEPTH) + 2; // and the two polls
         let mut ring: Ring = IoUring::builder().build(depth.next_power_of_two())?;
-        let mut entries: Vec<RingEntry> = (0..QUEUE_DEPTH).map(|_| RingEntry::new()).collect();
-        for (index, entry) in entries.iter().enumerate() {
+        // Boxed: an entry handed to a worker moves, its buffers and iovecs do not.
+        let mut entries: Vec<Option<Box<RingEntry>>> = (0..QUEUE_DEPTH)
+            .map(|_| Some(Box::new(RingEntry::new())))
+            .collect();
+        for (index, entry) in entries.iter().flatten().enumerate() {
             push(&mut ring, self.register(entry, index))?;
         }
-        let stop = opcode::PollAdd::new(types::Fd(self.stop), libc::POLLIN as u32)
-            .build()
-            .user_data(STOP_TOKEN);
-        push(&mut ring, stop.into())?;
+        push(&mut ring, poll(self.stop, STOP_TOKEN))?;
+        push(&mut ring, poll(self.inbox.wake.as_raw_fd(), INBOX_TOKEN))?;
         let started = Instant::now();
         let mut answer = Answer::default();
         let mut live = entries.len();
-        let mut completions: Vec<(u64, i32)> = Vec::with_capacity(entries.len() + 1);
+        let mut completions: Vec<(u64, i32)> = Vec::with_capacity(entries.len() + 2);
         loop {
             match ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -240,12 +261,26 @@ impl Queue {
             completions.clear();
             completions.extend(ring.completion().map(|cqe| (cqe.user_data(), cqe.result())));
             for &(token, result) in &completions {
-                if token == STOP_TOKEN {
-                    return Ok(());
+                match token {
+                    STOP_TOKEN => return Ok(()),
+                    INBOX_TOKEN => {
+                        self.take_back(&mut ring, &mut entries)?;
+                        push(&mut ring, poll(self.inbox.wake.as_raw_fd(), INBOX_TOKEN))?;
+                        continue;
+                    }
+                    _ => {}
                 }
-                let entry = &mut entries[token as usize];
+                let slot = &mut entries[token as usize];
+                let entry = slot
+                    .as_deref_mut()
+                    .expect("a completion of an entry in hand");
                 match self.after(entry, token, result, &mut answer, started) {
                     Next::Submit(sqe) => push(&mut ring, sqe.user_data(token))?,
+                    Next::Offload => {
+                        if let Some(sqe) = self.offload(slot, token, &mut answer) {
+                            push(&mut ring, sqe.user_data(token))?;
+                        }
+                    }
                     Next::Retire => live -= 1,
                     Next::End => return Ok(()),
                 }
@@ -257,7 +292,7 @@ impl Queue {
     }
 
     /// What follows the completion of `entry`'s last command with `result`: a request
-    /// to answer, a retry, or the end.
+    /// to answer (here, or by a worker), a retry, or the end.
     fn after(
         &self,
         entry: &mut RingEntry,
@@ -269,9 +304,12 @@ impl Queue {
         let device = self.device.as_raw_fd();
         match result {
             0.. => {
-                let commit_id = self.answer(entry, answer);
-                entry.committing = Some(commit_id);
                 self.served[self.qid].fetch_add(1, Ordering::Relaxed);
+                if is_large_read(entry) {
+                    return Next::Offload;
+                }
+                let commit_id = self.server.answer(entry, answer);
+                entry.committing = Some(commit_id);
                 Next::Submit(command(device, self.qid, CMD_COMMIT_AND_FETCH, commit_id))
             }
             err if err == -libc::EINTR || err == -libc::EAGAIN => match entry.committing {
@@ -297,189 +335,56 @@ impl Queue {
         }
     }
 
+    /// Hands the entry in `slot` to a worker; if none can take it, serves it here and
+    /// returns its commit.
+    fn offload(
+        &self,
+        slot: &mut Option<Box<RingEntry>>,
+        token: u64,
+        answer: &mut Answer,
+    ) -> Option<squeue::Entry128> {
+        let entry = slot.take().expect("the entry to hand over");
+        let job = Job {
+            queue: self.qid,
+            token,
+            entry,
+        };
+        let Job { mut entry, .. } = self.handoff.give(job).err()?;
+        let commit_id = self.server.answer(&mut entry, answer);
+        entry.committing = Some(commit_id);
+        *slot = Some(entry);
+        let device = self.device.as_raw_fd();
+        Some(command(device, self.qid, CMD_COMMIT_AND_FETCH, commit_id))
+    }
+
+    /// Takes back the entries the workers served and commits them.
+    fn take_back(
+        &self,
+        ring: &mut Ring,
+        entries: &mut [Option<Box<RingEntry>>],
+    ) -> std::io::Result<()> {
+        let mut count = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live buffer from the queue's own eventfd (non-
+        // blocking: nothing to read is EAGAIN, and harmless).
+        unsafe { libc::read(self.inbox.wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        let device = self.device.as_raw_fd();
+        while let Ok(served) = self.inbox.served.try_recv() {
+            let mut entry = served.entry;
+            entry.committing = Some(served.commit_id);
+            let slot = &mut entries[served.token as usize];
+            debug_assert!(slot.is_none(), "an entry comes back to an empty slot");
+            *slot = Some(entry);
+            let commit = command(device, self.qid, CMD_COMMIT_AND_FETCH, served.commit_id);
+            push(ring, commit.user_data(served.token))?;
+        }
+        Ok(())
+    }
+
     /// The registration of an entry's two buffers; its completion carries a request.
     fn register(&self, entry: &RingEntry, index: usize) -> squeue::Entry128 {
         let sqe = command(self.device.as_raw_fd(), self.qid, CMD_REGISTER, 0);
         with_iovecs(sqe, &entry.iov).user_data(index as u64)
     }
-
-    /// Serves the request in `entry` and leaves the reply in its place; returns the
-    /// commit id that hands it back.
-    fn answer(&self, entry: &mut RingEntry, answer: &mut Answer) -> u64 {
-        let parsed = wire::entry(entry.header.bytes()).expect("a header buffer of a page");
-        answer.clear();
-        let payload_bytes = parsed.payload_bytes.min(PAYLOAD_BYTES);
-        let payload = &entry.payload.bytes()[..payload_bytes];
-        let header = entry.header.bytes();
-        match wire::decode(parsed.header.opcode, wire::op_in(header), payload) {
-            Ok(request) => {
-                let reply = RingReply {
-                    answer: &mut *answer,
-                };
-                self.dispatch(&parsed.header, request, reply)
-            }
-            Err(errno) => answer.errno = errno.code(),
-        }
-        let body = if answer.errno == 0 {
-            &answer.body[..]
-        } else {
-            &[]
-        };
-        let (errno, body) = match entry.payload.bytes().get_mut(..body.len()) {
-            Some(room) => {
-                room.copy_from_slice(body);
-                (answer.errno, body.len())
-            }
-            None => (libc::EIO, 0), // larger than any request allows
-        };
-        wire::put_reply_header(entry.header.bytes(), parsed.header.unique, errno, body);
-        parsed.commit_id
-    }
-
-    fn dispatch(&self, header: &wire::InHeader, request: Request<'_>, reply: RingReply<'_>) {
-        let sender = Sender {
-            uid: header.uid,
-            gid: header.gid,
-            pid: header.pid,
-        };
-        if let Some(owner) = self.owner_only {
-            if header.uid != owner && !request.exempt_from_owner_check() {
-                return answer::Fallible::fail(reply, Errno::EACCES);
-            }
-        }
-        let (fs, inode) = (&self.fs, INodeNo(header.nodeid));
-        match request {
-            Request::Lookup { name } => fs.serve_lookup(&sender, inode, name, reply),
-            Request::Getattr => fs.serve_getattr(inode, reply),
-            Request::Readlink => fs.serve_readlink(inode, reply),
-            Request::Open { flags } => fs.serve_open(&sender, inode, flags, reply),
-            Request::Read { fh, offset, size } => {
-                fs.serve_read(&sender, inode, FileHandle(fh), offset, size, reply)
-            }
-            Request::Flush { fh } => fs.serve_flush(FileHandle(fh), reply),
-            Request::Release { fh } => fs.serve_release(inode, FileHandle(fh), reply),
-            Request::Fsync { fh, datasync } => fs.serve_fsync(FileHandle(fh), datasync, reply),
-            Request::Opendir => fs.serve_opendir(&sender, inode, reply),
-            Request::Readdir { offset, size } => {
-                fs.serve_readdir(&sender, inode, offset, reply.limited(size))
-            }
-            Request::Readdirplus { offset, size } => {
-                fs.serve_readdirplus(&sender, inode, offset, reply.limited(size))
-            }
-            // Nothing to release: directories are opened without a handle.
-            Request::Releasedir => answer::Empty::ok(reply),
-            Request::Fsyncdir => fs.serve_fsyncdir(reply),
-            Request::Statfs => fs.serve_statfs(reply),
-            Request::Getxattr { name, size } => {
-                fs.serve_getxattr(&sender, inode, name, size, reply)
-            }
-            Request::Listxattr { size } => fs.serve_listxattr(inode, size, reply),
-            Request::Access { mask } => fs.serve_access(&sender, inode, mask, reply),
-            Request::Lseek { offset, whence } => fs.serve_lseek(inode, offset, whence, reply),
-            Request::Unsupported { .. } => answer::Fallible::fail(reply, Errno::ENOSYS),
-            change => self.dispatch_change(&sender, inode, change, reply),
-        }
-    }
-
-    /// The requests that change the tree.
-    fn dispatch_change(
-        &self,
-        sender: &Sender,
-        inode: INodeNo,
-        request: Request<'_>,
-        reply: RingReply<'_>,
-    ) {
-        let fs = &self.fs;
-        match request {
-            Request::Setattr(changes) => fs.serve_setattr(sender, inode, set_attr(&changes), reply),
-            Request::Mknod { name, mode, rdev } => {
-                fs.serve_mknod(sender, inode, name, mode, rdev, reply)
-            }
-            Request::Mkdir { name, mode } => fs.serve_mkdir(sender, inode, name, mode, reply),
-            Request::Unlink { name } => fs.serve_unlink(sender, inode, name, reply),
-            Request::Rmdir { name } => fs.serve_rmdir(sender, inode, name, reply),
-            Request::Symlink { name, target } => {
-                fs.serve_symlink(sender, inode, name, target, reply)
-            }
-            Request::Rename {
-                name,
-                newdir,
-                newname,
-                flags,
-            } => {
-                let (from, to) = ((inode, name), (INodeNo(newdir), newname));
-                fs.serve_rename(sender, from, to, flags, reply)
-            }
-            Request::Link { oldnodeid, newname } => {
-                fs.serve_link(sender, INodeNo(oldnodeid), inode, newname, reply)
-            }
-            Request::Create { name, flags, mode } => {
-                fs.serve_create(sender, inode, name, mode, flags, reply)
-            }
-            Request::Write {
-                fh,
-                offset,
-                write_flags,
-                data,
-            } => {
-                let at = (FileHandle(fh), offset);
-                fs.serve_write(sender, inode, at, data, write_flags, reply)
-            }
-            Request::Setxattr { name, value, flags } => {
-                fs.serve_setxattr(sender, inode, name, value, flags, reply)
-            }
-            Request::Removexattr { name } => fs.serve_removexattr(sender, inode, name, reply),
-            Request::Fallocate {
-                fh,
-                offset,
-                length,
-                mode,
-            } => fs.serve_fallocate(FileHandle(fh), offset, length, mode, reply),
-            Request::CopyFileRange {
-                fh_in,
-                off_in,
-                fh_out,
-                off_out,
-                len,
-            } => {
-                let (from, to) = ((FileHandle(fh_in), off_in), (FileHandle(fh_out), off_out));
-                fs.serve_copy_file_range(from, to, len, reply)
-            }
-            other => {
-                debug_assert!(false, "{other:?} is dispatched by `dispatch`");
-                answer::Fallible::fail(reply, Errno::ENOSYS)
-            }
-        }
-    }
-}
-
-/// The store's attribute change from the kernel's SETATTR.
-fn set_attr(changes: &wire::SetattrIn) -> SetAttr {
-    use wire::fattr;
-    let valid = |bit: u32| changes.valid & bit != 0;
-    let time = |set: u32, now: u32, (secs, nanos): (i64, u32)| {
-        valid(set).then(|| match valid(now) {
-            true => SetTime::Now,
-            false => SetTime::At(nanoseconds(secs, nanos)),
-        })
-    };
-    SetAttr {
-        perm: valid(fattr::MODE).then_some(changes.mode & 0o7777),
-        uid: valid(fattr::UID).then_some(changes.uid),
-        gid: valid(fattr::GID).then_some(changes.gid),
-        size: valid(fattr::SIZE).then_some(changes.size),
-        atime: time(fattr::ATIME, fattr::ATIME_NOW, changes.atime),
-        mtime: time(fattr::MTIME, fattr::MTIME_NOW, changes.mtime),
-        ctime: valid(fattr::CTIME).then(|| nanoseconds(changes.ctime.0, changes.ctime.1)),
-        through_handle: valid(fattr::FH),
-    }
-}
-
-/// A time the kernel sends as whole seconds (negative before the epoch) and the
-/// nanoseconds after them, in nanoseconds since the epoch (saturating).
-fn nanoseconds(secs: i64, nanos: u32) -> i64 {
-    secs.saturating_mul(1_000_000_000)
-        .saturating_add(i64::from(nanos))
 }
 
 /// Errors that say the connection is gone: unmounted or aborted.
@@ -494,6 +399,8 @@ const CONNECTION_GONE: [i32; 4] = [
 enum Next {
     /// Submit this for the entry.
     Submit(squeue::Entry128),
+    /// Hand the entry's request to a worker ([`offload`]).
+    Offload,
     /// Take the entry out of service (its error is logged).
     Retire,
     /// The connection is gone: the queue ends.
@@ -536,6 +443,22 @@ fn with_iovecs(sqe: squeue::Entry128, iov: &[libc::iovec; 2]) -> squeue::Entry12
     bytes[LEN_OFFSET..LEN_OFFSET + 4].copy_from_slice(&(iov.len() as u32).to_ne_bytes());
     // SAFETY: as above.
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(bytes) }
+}
+
+/// A poll for `fd` to become readable, completing with `token`.
+fn poll(fd: RawFd, token: u64) -> squeue::Entry128 {
+    let sqe = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build();
+    sqe.user_data(token).into()
+}
+
+/// Whether `entry` holds a READ large enough for a worker ([`offload`]).
+fn is_large_read(entry: &mut RingEntry) -> bool {
+    let header = entry.header.bytes();
+    let Ok(parsed) = wire::entry(header) else {
+        return false;
+    };
+    wire::read_size(parsed.header.opcode, wire::op_in(header))
+        .is_some_and(|size| size >= OFFLOAD_READ_BYTES)
 }
 
 fn push(ring: &mut Ring, sqe: squeue::Entry128) -> std::io::Result<()> {
@@ -589,7 +512,8 @@ struct RingEntry {
     committing: Option<u64>,
 }
 
-// SAFETY: the iovecs point into the entry's own buffers.
+// SAFETY: the iovecs point into the entry's own buffers, which move with it; only the
+// thread holding the entry touches them.
 unsafe impl Send for RingEntry {}
 
 impl RingEntry {
@@ -612,179 +536,6 @@ impl RingEntry {
             iov,
             committing: None,
         }
-    }
-}
-
-/// A reply being built: its errno, or its body. Reused by a queue for every request.
-#[derive(Default)]
-struct Answer {
-    errno: i32,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn clear(&mut self) {
-        self.errno = 0;
-        self.body.clear();
-    }
-}
-
-/// The ring's reply to one request, for the handlers ([`answer`]'s traits).
-struct RingReply<'a> {
-    answer: &'a mut Answer,
-}
-
-/// A page of a listing: entries up to the size the kernel asked for.
-struct ListingReply<'a> {
-    answer: &'a mut Answer,
-    limit: usize,
-}
-
-impl<'a> RingReply<'a> {
-    fn limited(self, size: u32) -> ListingReply<'a> {
-        ListingReply {
-            answer: self.answer,
-            limit: (size as usize).min(PAYLOAD_BYTES),
-        }
-    }
-}
-
-impl answer::Fallible for RingReply<'_> {
-    fn fail(self, err: Errno) {
-        self.answer.errno = err.code();
-    }
-}
-
-impl answer::Fallible for ListingReply<'_> {
-    fn fail(self, err: Errno) {
-        self.answer.errno = err.code();
-    }
-}
-
-impl answer::Entry for RingReply<'_> {
-    fn entry(self, ttl: &Duration, attr: &FileAttr, generation: Generation) {
-        wire::put_entry(&mut self.answer.body, ttl, attr, generation.0);
-    }
-}
-
-impl answer::Attr for RingReply<'_> {
-    fn attr(self, ttl: &Duration, attr: &FileAttr) {
-        wire::put_attr_out(&mut self.answer.body, ttl, attr);
-    }
-}
-
-impl answer::Data for RingReply<'_> {
-    fn data(self, data: &[u8]) {
-        self.answer.body.extend_from_slice(data);
-    }
-}
-
-impl answer::Empty for RingReply<'_> {
-    fn ok(self) {}
-}
-
-impl answer::Open for RingReply<'_> {
-    fn opened(self, fh: FileHandle, flags: FopenFlags) {
-        wire::put_open(&mut self.answer.body, fh.0, flags.bits(), 0);
-    }
-
-    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing_id: u32) {
-        let flags = flags | FopenFlags::FOPEN_PASSTHROUGH;
-        wire::put_open(&mut self.answer.body, fh.0, flags.bits(), backing_id);
-    }
-}
-
-/// `struct fuse_create_out`: the entry, then the open file.
-impl answer::Create for RingReply<'_> {
-    fn created(self, entry: &answer::NewEntry<'_>, fh: FileHandle, flags: FopenFlags) {
-        let body = &mut self.answer.body;
-        wire::put_entry(body, entry.ttl, entry.attr, entry.generation.0);
-        wire::put_open(body, fh.0, flags.bits(), 0);
-    }
-
-    fn created_passthrough(
-        self,
-        entry: &answer::NewEntry<'_>,
-        fh: FileHandle,
-        flags: FopenFlags,
-        backing_id: u32,
-    ) {
-        let body = &mut self.answer.body;
-        let flags = flags | FopenFlags::FOPEN_PASSTHROUGH;
-        wire::put_entry(body, entry.ttl, entry.attr, entry.generation.0);
-        wire::put_open(body, fh.0, flags.bits(), backing_id);
-    }
-}
-
-impl answer::Write for RingReply<'_> {
-    fn written(self, size: u32) {
-        wire::put_written(&mut self.answer.body, size);
-    }
-}
-
-impl answer::Directory for ListingReply<'_> {
-    fn add(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: &std::ffi::OsStr) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let body = &mut self.answer.body;
-        !wire::put_dirent(body, self.limit, None, ino.0, offset, kind, name.as_bytes())
-    }
-
-    fn ok(self) {}
-}
-
-impl answer::DirectoryPlus for ListingReply<'_> {
-    fn add(
-        &mut self,
-        ino: INodeNo,
-        offset: u64,
-        name: &std::ffi::OsStr,
-        ttl: &Duration,
-        attr: &FileAttr,
-        generation: Generation,
-    ) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let body = &mut self.answer.body;
-        let plus = Some((ttl, attr, generation.0));
-        !wire::put_dirent(
-            body,
-            self.limit,
-            plus,
-            ino.0,
-            offset,
-            attr.kind,
-            name.as_bytes(),
-        )
-    }
-
-    fn ok(self) {}
-}
-
-impl answer::Statfs for RingReply<'_> {
-    fn statfs(self, c: &answer::FsCounts) {
-        let counts = [c.blocks, c.bfree, c.bavail, c.files, c.ffree];
-        wire::put_statfs(
-            &mut self.answer.body,
-            counts,
-            [c.bsize, c.namelen, c.frsize],
-        );
-    }
-}
-
-impl answer::Xattr for RingReply<'_> {
-    /// `struct fuse_getxattr_out`: the size alone, for a caller that asked for it.
-    fn size(self, size: u32) {
-        self.answer.body.extend_from_slice(&size.to_ne_bytes());
-        self.answer.body.extend_from_slice(&0u32.to_ne_bytes());
-    }
-
-    fn data(self, data: &[u8]) {
-        self.answer.body.extend_from_slice(data);
-    }
-}
-
-impl answer::Lseek for RingReply<'_> {
-    fn offset(self, offset: i64) {
-        self.answer.body.extend_from_slice(&offset.to_ne_bytes());
     }
 }
 

@@ -466,6 +466,13 @@ fn two_names(payload: &[u8]) -> Result<(&OsStr, &OsStr), Errno> {
     Ok((first, second))
 }
 
+/// The size a READ asks for, without decoding the rest; `None` for another opcode.
+pub fn read_size(opcode: u32, op_in: &[u8]) -> Option<u32> {
+    (opcode == opcode::READ)
+        .then(|| u32_at(op_in, 16).ok())
+        .flatten()
+}
+
 /// A name the kernel sends NUL-terminated.
 fn name(payload: &[u8]) -> Result<&OsStr, Errno> {
     let end = payload.iter().position(|&b| b == 0).ok_or(Errno::EINVAL)?;

@@ -28,6 +28,23 @@ const DAEMON_LOG: &str = "info,fuser=error";
 /// scripts/test.sh runs them).
 const EXTRA_MOUNT_ARGS_ENV: &str = "COMPUTERD_TEST_MOUNT_ARGS";
 
+/// What a daemon that carried requests over io_uring logs at unmount (the last one in
+/// `log`): the requests each CPU's queue served, and how many large reads the read
+/// workers served.
+pub fn ring_counts(log: &str) -> Option<(Vec<u64>, u64)> {
+    let line = log.lines().rev().find_map(|line| {
+        line.split("FUSE requests served over io_uring, per CPU: ")
+            .nth(1)
+    })?;
+    let (per_cpu, rest) = line.strip_prefix('[')?.split_once(']')?;
+    let served = per_cpu
+        .split(", ")
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    let large_reads = rest.rsplit(": ").next()?.trim().parse().ok()?;
+    Some((served, large_reads))
+}
+
 /// The arguments of [`EXTRA_MOUNT_ARGS_ENV`].
 pub fn extra_mount_args() -> Vec<String> {
     std::env::var(EXTRA_MOUNT_ARGS_ENV)
