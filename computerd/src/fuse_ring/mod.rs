@@ -237,12 +237,14 @@ impl Queue {
     fn serve(&self) -> std::io::Result<()> {
         pin_to_cpu(self.qid);
         self.keep_callers_cpu();
-        let depth = u32::from(QUEUE_DEPTH) + 2; // and the two polls
-        let mut ring: Ring = IoUring::builder().build(depth.next_power_of_two())?;
         // Boxed: an entry handed to a worker moves, its buffers and iovecs do not.
+        // Declared before the ring, so dropped after it: the kernel may write into an
+        // entry registered with the ring until the ring is gone.
         let mut entries: Vec<Option<Box<RingEntry>>> = (0..QUEUE_DEPTH)
             .map(|_| Some(Box::new(RingEntry::new())))
             .collect();
+        let depth = u32::from(QUEUE_DEPTH) + 2; // and the two polls
+        let mut ring: Ring = IoUring::builder().build(depth.next_power_of_two())?;
         for (index, entry) in entries.iter().flatten().enumerate() {
             push(&mut ring, self.register(entry, index))?;
         }
@@ -463,8 +465,10 @@ fn is_large_read(entry: &mut RingEntry) -> bool {
 
 fn push(ring: &mut Ring, sqe: squeue::Entry128) -> std::io::Result<()> {
     // SAFETY: every buffer a submission names (an entry's iovecs and buffers) lives in
-    // the queue's `entries`, which outlive the ring; the queue holds no more submissions
-    // than entries plus the stop poll, so the queue has room.
+    // the queue's `entries`, which outlive the ring (an entry a worker holds has no
+    // submission: the kernel writes to it only after the queue commits it again); the
+    // queue holds no more submissions than entries plus its two polls, so the
+    // submission queue has room.
     unsafe { ring.submission().push(&sqe) }
         .map_err(|_| std::io::Error::other("the ring's submission queue is full"))
 }
