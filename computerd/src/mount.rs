@@ -76,7 +76,7 @@ pub struct MountArgs {
     /// With --daemon: write the daemon's log here (default: discard).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
-    /// FUSE worker threads.
+    /// FUSE worker threads (with --io-uring: the workers that serve large reads).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Do not let the kernel cache writes (every write(2) becomes a request). Only used
@@ -416,7 +416,7 @@ fn start_ring(
     let started = session
         .as_fd()
         .try_clone_to_owned()
-        .and_then(|device| RingTransport::start(fs, device, owner_only));
+        .and_then(|device| RingTransport::start(fs, device, owner_only, args.threads));
     match started {
         Ok(ring) => Some(ring),
         Err(err) => {

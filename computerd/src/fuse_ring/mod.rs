@@ -84,18 +84,22 @@ pub struct RingTransport {
 
 impl RingTransport {
     /// Starts a queue per possible CPU on `device`, the session's `/dev/fuse`
-    /// descriptor (a duplicate), once INIT is answered. `owner_only`: the uid allowed
-    /// when the mount is not shared with other users (fuser's check, kept here).
+    /// descriptor (a duplicate), once INIT is answered, and `read_workers` workers for
+    /// large reads ([`offload`]; as many as `/dev/fuse` would have). `owner_only`: the
+    /// uid allowed when the mount is not shared with other users (fuser's check, kept
+    /// here).
     pub fn start(
         fs: WorkspaceFs,
         device: OwnedFd,
         owner_only: Option<u32>,
+        read_workers: usize,
     ) -> std::io::Result<RingTransport> {
         let cpus = possible_cpus()?;
         let device = Arc::new(device);
         let served: Arc<Vec<AtomicU64>> = Arc::new((0..cpus).map(|_| AtomicU64::new(0)).collect());
         let server = Arc::new(Server { fs, owner_only });
-        let (workers, handoff, inboxes) = Workers::start(server.clone(), cpus, cpus)?;
+        let (workers, handoff, inboxes) =
+            Workers::start(server.clone(), read_workers.max(1), cpus)?;
         let group = ring_group();
         let mut queues = Vec::with_capacity(cpus);
         for (qid, inbox) in inboxes.into_iter().enumerate() {

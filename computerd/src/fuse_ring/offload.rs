@@ -3,7 +3,8 @@
 //! there, the read-ahead windows of a file read after a fresh mount would wait for
 //! each other, each a read of the database from disk, where `/dev/fuse`'s workers
 //! serve two at once. So a queue hands a READ of [`OFFLOAD_READ_BYTES`] or more to a
-//! worker (one per possible CPU, in the daemon's own group and policy) and goes on
+//! worker (as many as the mount's `--threads`, in the daemon's own group and policy,
+//! shared by all queues) and goes on
 //! with its other entries; the worker serves it into the entry's buffers and hands the
 //! entry back, waking the queue through an eventfd the queue's ring polls, and the
 //! queue commits it. Small requests stay on the queue's thread, where a round trip
