@@ -164,6 +164,13 @@ impl WorkspaceFs {
         Who::Caller(self.credentials(sender, process))
     }
 
+    /// Runs `op` as the process behind a request: what most handlers do, with the one
+    /// store call that checks the operation.
+    fn as_caller<T>(&self, sender: &Sender, op: impl FnOnce(Who<'_>) -> T) -> T {
+        let process = RequestProcess::of(sender);
+        op(self.caller(sender, &process))
+    }
+
     /// Marks the start of a request: counts it (with `--op-stats`) and tells the poller.
     /// Every request handler begins with it.
     fn timer(&self, op: &'static str) -> OpTimer<'_> {
@@ -438,68 +445,47 @@ impl WorkspaceFs {
         opened: &Opened,
         writes: bool,
     ) {
-        let handle = FileHandle(opened.handle.0);
-        match self.open_route(inode, opened) {
-            OpenRoute::Passthrough(id) => {
-                reply.opened_passthrough(handle, FopenFlags::FOPEN_NOFLUSH, id)
-            }
-            OpenRoute::Daemon(flags) => reply.opened(handle, flags),
-            OpenRoute::Cached => {
-                let mut flags = self.cached_open_flags(inode);
-                if !writes {
-                    // Nothing to commit at its close: `cat`, `grep -r` and `git status`
-                    // open thousands of files, and each FLUSH would be a round trip (the
-                    // kernel keeps POSIX locks itself: this daemon implements none).
-                    flags |= FopenFlags::FOPEN_NOFLUSH;
-                }
-                reply.opened(handle, flags)
-            }
+        let mut file = self.open_file(inode, opened);
+        if opened.staged.is_none() && !writes {
+            // Nothing to commit at its close: `cat`, `grep -r` and `git status` open
+            // thousands of files, and each FLUSH would be a round trip (the kernel keeps
+            // POSIX locks itself: this daemon implements none).
+            file.flags |= FopenFlags::FOPEN_NOFLUSH;
         }
+        reply.opened(&file)
     }
 
     /// The answer to a `create`, as [`WorkspaceFs::reply_opened`] with the new entry.
     fn reply_created(&self, reply: impl answer::Create, fuse_attr: &FileAttr, opened: &Opened) {
-        let handle = FileHandle(opened.handle.0);
         let entry = answer::NewEntry {
             ttl: &TTL,
             attr: fuse_attr,
             generation: Generation(0),
         };
-        match self.open_route(fuse_attr.ino, opened) {
-            OpenRoute::Passthrough(id) => {
-                reply.created_passthrough(&entry, handle, FopenFlags::FOPEN_NOFLUSH, id)
-            }
-            OpenRoute::Daemon(flags) => reply.created(&entry, handle, flags),
-            OpenRoute::Cached => {
-                let flags = self.cached_open_flags(fuse_attr.ino);
-                reply.created(&entry, handle, flags)
-            }
-        }
+        reply.created(&entry, &self.open_file(fuse_attr.ino, opened))
     }
 
     /// How the kernel reaches an open file's data: a staged file through passthrough
     /// where the kernel takes it, else through the daemon without the page cache (other
     /// handles may pass through); an unstaged file through the page cache.
-    fn open_route(&self, inode: INodeNo, opened: &Opened) -> OpenRoute {
+    fn open_file(&self, inode: INodeNo, opened: &Opened) -> answer::OpenFile {
+        let fh = FileHandle(opened.handle.0);
         let Some(staged) = &opened.staged else {
-            return OpenRoute::Cached;
+            return answer::OpenFile::served(fh, self.cached_open_flags(inode));
         };
         if !opened.passthrough {
-            return OpenRoute::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+            return answer::OpenFile::served(fh, FopenFlags::FOPEN_DIRECT_IO);
         }
         match self.backing_id(inode, opened.handle.0, staged) {
-            Some(id) => OpenRoute::Passthrough(id),
+            Some(id) => answer::OpenFile {
+                fh,
+                flags: FopenFlags::FOPEN_NOFLUSH,
+                backing_id: Some(id),
+            },
             // Served through the daemon from the staging file; no page cache to trust.
-            None => OpenRoute::Daemon(FopenFlags::empty()),
+            None => answer::OpenFile::served(fh, FopenFlags::empty()),
         }
     }
-}
-
-/// See [`WorkspaceFs::open_route`].
-enum OpenRoute {
-    Passthrough(u32),
-    Daemon(FopenFlags),
-    Cached,
 }
 
 /// The handlers of the requests both transports carry: fuser's `Filesystem` methods
@@ -513,11 +499,10 @@ impl WorkspaceFs {
         reply: impl answer::Entry,
     ) {
         let _timer = self.timer("lookup");
-        let process = RequestProcess::of(sender);
-        match self
-            .ws
-            .lookup(self.caller(sender, &process), ino(parent), name.as_bytes())
-        {
+        let found = self.as_caller(sender, |who| {
+            self.ws.lookup(who, ino(parent), name.as_bytes())
+        });
+        match found {
             Ok(attr) => reply.entry(&TTL, &file_attr(&attr), Generation(0)),
             // Cached as long as a positive entry: names appear only through this
             // kernel (which replaces the negative entry itself) or through a sync,
@@ -563,9 +548,9 @@ impl WorkspaceFs {
         }
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
-        let process = RequestProcess::of(sender);
-        let who = self.caller(sender, &process);
-        let opened = self.ws.open_for_kernel(who, ino(inode), flags, passthrough);
+        let opened = self.as_caller(sender, |who| {
+            self.ws.open_for_kernel(who, ino(inode), flags, passthrough)
+        });
         reply.answer(opened, |reply, opened| {
             self.reply_opened(reply, inode, &opened, flags.write)
         });
@@ -597,10 +582,10 @@ impl WorkspaceFs {
         offset: u64,
         size: usize,
     ) -> computer_vfs::Result<Vec<u8>> {
-        let process = RequestProcess::of(sender);
-        let who = self.caller(sender, &process);
         let read_only = OpenFlags::from_libc(libc::O_RDONLY);
-        let opened = self.ws.open_for_kernel(who, ino(inode), read_only, false)?;
+        let opened = self.as_caller(sender, |who| {
+            self.ws.open_for_kernel(who, ino(inode), read_only, false)
+        })?;
         let data = self.ws.read(opened.handle, offset, size);
         let released = self.ws.release(opened.handle);
         let data = data?;
@@ -662,9 +647,9 @@ impl WorkspaceFs {
             return reply.fail(Errno::ENOSYS);
         }
         let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
-        let process = RequestProcess::of(sender);
-        let result = self.ws.opendir(self.caller(sender, &process), ino(inode));
-        reply.answer(result, |reply, _| reply.opened(FileHandle(0), cached))
+        let result = self.as_caller(sender, |who| self.ws.opendir(who, ino(inode)));
+        let dir = answer::OpenFile::served(FileHandle(0), cached);
+        reply.answer(result, |reply, _| reply.opened(&dir))
     }
 
     pub(crate) fn serve_readdir(
@@ -785,10 +770,9 @@ impl WorkspaceFs {
         reply: impl answer::Xattr,
     ) {
         let _timer = self.timer("getxattr");
-        let process = RequestProcess::of(sender);
-        let result = self
-            .ws
-            .getxattr(self.caller(sender, &process), ino(inode), name.as_bytes());
+        let result = self.as_caller(sender, |who| {
+            self.ws.getxattr(who, ino(inode), name.as_bytes())
+        });
         reply.answer(result, |reply, value| reply_xattr(reply, size, &value))
     }
 

@@ -47,23 +47,34 @@ pub trait Empty: Fallible {
     fn ok(self);
 }
 
-/// An open file or directory, served by the daemon or passed through to a backing file
-/// the kernel knows by `backing_id` (registered by [`crate::fuse`]'s backing table).
+/// An open file or directory (OPEN, OPENDIR).
 pub trait Open: Fallible {
-    fn opened(self, fh: FileHandle, flags: FopenFlags);
-    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing_id: u32);
+    fn opened(self, file: &OpenFile);
 }
 
 /// A new entry and its open file (CREATE), as [`Entry`] and [`Open`] in one.
 pub trait Create: Fallible {
-    fn created(self, entry: &NewEntry<'_>, fh: FileHandle, flags: FopenFlags);
-    fn created_passthrough(
-        self,
-        entry: &NewEntry<'_>,
-        fh: FileHandle,
-        flags: FopenFlags,
-        backing_id: u32,
-    );
+    fn created(self, entry: &NewEntry<'_>, file: &OpenFile);
+}
+
+/// What an open answers: the handle and its flags, and for a file passed through to
+/// a backing file the id the kernel knows it by (registered by [`crate::fuse`]'s
+/// backing table; the reply adds `FOPEN_PASSTHROUGH`).
+pub struct OpenFile {
+    pub fh: FileHandle,
+    pub flags: FopenFlags,
+    pub backing_id: Option<u32>,
+}
+
+impl OpenFile {
+    /// A handle served by the daemon.
+    pub fn served(fh: FileHandle, flags: FopenFlags) -> OpenFile {
+        OpenFile {
+            fh,
+            flags,
+            backing_id: None,
+        }
+    }
 }
 
 /// The entry half of a CREATE's answer.
@@ -186,36 +197,30 @@ impl Empty for ReplyEmpty {
     }
 }
 
-impl Open for ReplyOpen {
-    fn opened(self, fh: FileHandle, flags: FopenFlags) {
-        ReplyOpen::opened(self, fh, flags)
-    }
+// fuser sends a backing id only as its own `BackingId`, which closes the id when
+// dropped: the replies below wrap the table's raw id to send it and take the wrapper
+// apart again. SAFETY (both `wrap_backing` calls): the id is registered for as long as
+// the backing table holds it, and `into_raw` keeps the wrapper from closing it.
 
-    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing_id: u32) {
-        // SAFETY: the id is registered for as long as the backing table holds it; the
-        // wrapper fuser needs is taken apart again below without closing the id.
+impl Open for ReplyOpen {
+    fn opened(self, file: &OpenFile) {
+        let Some(backing_id) = file.backing_id else {
+            return ReplyOpen::opened(self, file.fh, file.flags);
+        };
         let id = unsafe { self.wrap_backing(backing_id) };
-        ReplyOpen::opened_passthrough(self, fh, flags, &id);
+        ReplyOpen::opened_passthrough(self, file.fh, file.flags, &id);
         let _ = BackingId::into_raw(id);
     }
 }
 
 impl Create for ReplyCreate {
-    fn created(self, entry: &NewEntry<'_>, fh: FileHandle, flags: FopenFlags) {
-        ReplyCreate::created(self, entry.ttl, entry.attr, entry.generation, fh, flags)
-    }
-
-    fn created_passthrough(
-        self,
-        entry: &NewEntry<'_>,
-        fh: FileHandle,
-        flags: FopenFlags,
-        backing_id: u32,
-    ) {
-        // SAFETY: as in `ReplyOpen::opened_passthrough` above.
-        let id = unsafe { self.wrap_backing(backing_id) };
+    fn created(self, entry: &NewEntry<'_>, file: &OpenFile) {
         let (ttl, attr, generation) = (entry.ttl, entry.attr, entry.generation);
-        ReplyCreate::created_passthrough(self, ttl, attr, generation, fh, flags, &id);
+        let Some(backing_id) = file.backing_id else {
+            return ReplyCreate::created(self, ttl, attr, generation, file.fh, file.flags);
+        };
+        let id = unsafe { self.wrap_backing(backing_id) };
+        ReplyCreate::created_passthrough(self, ttl, attr, generation, file.fh, file.flags, &id);
         let _ = BackingId::into_raw(id);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use computer_vfs::{FileKind, NewNode, RenameFlags, SetAttr, XattrSet};
 use fuser::{Errno, FileHandle, INodeNo};
 
-use super::{fh, file_attr, ino, RequestProcess, Sender, WorkspaceFs, TTL};
+use super::{fh, file_attr, ino, Sender, WorkspaceFs, TTL};
 use crate::fuse_reply::{self as answer, errno};
 
 /// `FUSE_WRITE_CACHE`: a write-back from the kernel's page cache.
@@ -29,10 +29,7 @@ impl WorkspaceFs {
         let _timer = self.timer("setattr");
         // Set-id bits: with FUSE_HANDLE_KILLPRIV_V2 the store drops them after a chown
         // or truncate (`Workspace::setattr`) and after a write (`serve_write`).
-        let process = RequestProcess::of(sender);
-        let result = self
-            .ws
-            .setattr(self.caller(sender, &process), ino(inode), &changes);
+        let result = self.as_caller(sender, |who| self.ws.setattr(who, ino(inode), &changes));
         let permissions_changed =
             changes.perm.is_some() || changes.uid.is_some() || changes.gid.is_some();
         let listing_stale = permissions_changed && matches!(&result, Ok(attr) if attr.is_dir());
@@ -58,15 +55,16 @@ impl WorkspaceFs {
         if matches!(kind, FileKind::Directory | FileKind::Symlink) {
             return reply.fail(Errno::EINVAL);
         }
-        let process = RequestProcess::of(sender);
-        let result = self.ws.mknod(
-            self.caller(sender, &process),
-            ino(parent),
-            name.as_bytes(),
-            kind,
-            NewNode::new(mode & 0o7777),
-            rdev,
-        );
+        let result = self.as_caller(sender, |who| {
+            self.ws.mknod(
+                who,
+                ino(parent),
+                name.as_bytes(),
+                kind,
+                NewNode::new(mode & 0o7777),
+                rdev,
+            )
+        });
         self.reply_entry(reply, result);
     }
 
@@ -79,13 +77,14 @@ impl WorkspaceFs {
         reply: impl answer::Entry,
     ) {
         let _timer = self.timer("mkdir");
-        let process = RequestProcess::of(sender);
-        let result = self.ws.mkdir(
-            self.caller(sender, &process),
-            ino(parent),
-            name.as_bytes(),
-            NewNode::new(mode & 0o7777),
-        );
+        let result = self.as_caller(sender, |who| {
+            self.ws.mkdir(
+                who,
+                ino(parent),
+                name.as_bytes(),
+                NewNode::new(mode & 0o7777),
+            )
+        });
         self.reply_entry(reply, result);
     }
 
@@ -97,9 +96,9 @@ impl WorkspaceFs {
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("unlink");
-        let process = RequestProcess::of(sender);
-        let who = self.caller(sender, &process);
-        let result = self.ws.unlink(who, ino(parent), name.as_bytes());
+        let result = self.as_caller(sender, |who| {
+            self.ws.unlink(who, ino(parent), name.as_bytes())
+        });
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -111,9 +110,9 @@ impl WorkspaceFs {
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("rmdir");
-        let process = RequestProcess::of(sender);
-        let who = self.caller(sender, &process);
-        let result = self.ws.rmdir(who, ino(parent), name.as_bytes());
+        let result = self.as_caller(sender, |who| {
+            self.ws.rmdir(who, ino(parent), name.as_bytes())
+        });
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -126,14 +125,15 @@ impl WorkspaceFs {
         reply: impl answer::Entry,
     ) {
         let _timer = self.timer("symlink");
-        let process = RequestProcess::of(sender);
-        let result = self.ws.symlink(
-            self.caller(sender, &process),
-            ino(parent),
-            link_name.as_bytes(),
-            target.as_bytes(),
-            NewNode::new(0o777),
-        );
+        let result = self.as_caller(sender, |who| {
+            self.ws.symlink(
+                who,
+                ino(parent),
+                link_name.as_bytes(),
+                target.as_bytes(),
+                NewNode::new(0o777),
+            )
+        });
         self.reply_entry(reply, result);
     }
 
@@ -156,15 +156,16 @@ impl WorkspaceFs {
             no_replace: flags & libc::RENAME_NOREPLACE != 0,
             exchange: flags & libc::RENAME_EXCHANGE != 0,
         };
-        let process = RequestProcess::of(sender);
-        let result = self.ws.rename(
-            self.caller(sender, &process),
-            ino(from.0),
-            from.1.as_bytes(),
-            ino(to.0),
-            to.1.as_bytes(),
-            flags,
-        );
+        let result = self.as_caller(sender, |who| {
+            self.ws.rename(
+                who,
+                ino(from.0),
+                from.1.as_bytes(),
+                ino(to.0),
+                to.1.as_bytes(),
+                flags,
+            )
+        });
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -177,13 +178,10 @@ impl WorkspaceFs {
         reply: impl answer::Entry,
     ) {
         let _timer = self.timer("link");
-        let process = RequestProcess::of(sender);
-        let result = self.ws.link(
-            self.caller(sender, &process),
-            ino(inode),
-            ino(newparent),
-            newname.as_bytes(),
-        );
+        let result = self.as_caller(sender, |who| {
+            self.ws
+                .link(who, ino(inode), ino(newparent), newname.as_bytes())
+        });
         self.reply_entry(reply, result);
     }
 
@@ -199,15 +197,16 @@ impl WorkspaceFs {
         let _timer = self.timer("create");
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
-        let process = RequestProcess::of(sender);
-        let created = self.ws.create_for_kernel(
-            self.caller(sender, &process),
-            ino(parent),
-            name.as_bytes(),
-            NewNode::new(mode & 0o7777),
-            flags,
-            passthrough,
-        );
+        let created = self.as_caller(sender, |who| {
+            self.ws.create_for_kernel(
+                who,
+                ino(parent),
+                name.as_bytes(),
+                NewNode::new(mode & 0o7777),
+                flags,
+                passthrough,
+            )
+        });
         reply.answer(created, |reply, (attr, opened)| {
             self.reply_created(reply, &file_attr(&attr), &opened)
         });
@@ -246,9 +245,10 @@ impl WorkspaceFs {
         inode: INodeNo,
         handle: FileHandle,
     ) -> computer_vfs::Result<()> {
-        let process = RequestProcess::of(sender);
-        let writer = self.caller(sender, &process);
-        if self.ws.drop_setid_after_write(writer, fh(handle))? {
+        let dropped = self.as_caller(sender, |writer| {
+            self.ws.drop_setid_after_write(writer, fh(handle))
+        });
+        if dropped? {
             if let Some(notifier) = self.notifier.get() {
                 let _ = notifier.inval_inode(inode, -1, 0);
             }
@@ -283,11 +283,10 @@ impl WorkspaceFs {
         } else {
             XattrSet::Any
         };
-        let process = RequestProcess::of(sender);
-        let who = self.caller(sender, &process);
-        let result = self
-            .ws
-            .setxattr(who, ino(inode), name.as_bytes(), value, mode);
+        let result = self.as_caller(sender, |who| {
+            self.ws
+                .setxattr(who, ino(inode), name.as_bytes(), value, mode)
+        });
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -299,9 +298,9 @@ impl WorkspaceFs {
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("removexattr");
-        let process = RequestProcess::of(sender);
-        let who = self.caller(sender, &process);
-        let result = self.ws.removexattr(who, ino(inode), name.as_bytes());
+        let result = self.as_caller(sender, |who| {
+            self.ws.removexattr(who, ino(inode), name.as_bytes())
+        });
         reply.answer(result, |reply, ()| reply.ok())
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
+use fuser::{Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo};
 
 use super::{wire, PAYLOAD_BYTES};
 use crate::fuse_reply as answer;
@@ -81,36 +81,27 @@ impl answer::Empty for RingReply<'_> {
 }
 
 impl answer::Open for RingReply<'_> {
-    fn opened(self, fh: FileHandle, flags: FopenFlags) {
-        wire::put_open(&mut self.answer.body, fh.0, flags.bits(), 0);
-    }
-
-    fn opened_passthrough(self, fh: FileHandle, flags: FopenFlags, backing_id: u32) {
-        let flags = flags | FopenFlags::FOPEN_PASSTHROUGH;
-        wire::put_open(&mut self.answer.body, fh.0, flags.bits(), backing_id);
+    fn opened(self, file: &answer::OpenFile) {
+        put_open_file(&mut self.answer.body, file);
     }
 }
 
 /// `struct fuse_create_out`: the entry, then the open file.
 impl answer::Create for RingReply<'_> {
-    fn created(self, entry: &answer::NewEntry<'_>, fh: FileHandle, flags: FopenFlags) {
+    fn created(self, entry: &answer::NewEntry<'_>, file: &answer::OpenFile) {
         let body = &mut self.answer.body;
         wire::put_entry(body, entry.ttl, entry.attr, entry.generation.0);
-        wire::put_open(body, fh.0, flags.bits(), 0);
+        put_open_file(body, file);
     }
+}
 
-    fn created_passthrough(
-        self,
-        entry: &answer::NewEntry<'_>,
-        fh: FileHandle,
-        flags: FopenFlags,
-        backing_id: u32,
-    ) {
-        let body = &mut self.answer.body;
-        let flags = flags | FopenFlags::FOPEN_PASSTHROUGH;
-        wire::put_entry(body, entry.ttl, entry.attr, entry.generation.0);
-        wire::put_open(body, fh.0, flags.bits(), backing_id);
-    }
+/// `struct fuse_open_out`, with `FOPEN_PASSTHROUGH` where the file has a backing id.
+fn put_open_file(body: &mut Vec<u8>, file: &answer::OpenFile) {
+    let (flags, backing_id) = match file.backing_id {
+        Some(id) => (file.flags | FopenFlags::FOPEN_PASSTHROUGH, id),
+        None => (file.flags, 0),
+    };
+    wire::put_open(body, file.fh.0, flags.bits(), backing_id);
 }
 
 impl answer::Write for RingReply<'_> {
