@@ -12,21 +12,29 @@ cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export PATH="$HOME/.cargo/bin:$PATH"
-scripts/install-test-deps.sh
+# Runs a step and says how long it took, so that the run's budget (about 25 minutes on
+# 2 cores) can be kept with figures.
+step() {
+  local started=$SECONDS
+  "$@"
+  echo "test.sh: $((SECONDS - started)) s for: $*" >&2
+}
 
-scripts/check-capnp.sh
-cargo build --release --workspace --all-targets
-cargo test --release --workspace
+step scripts/install-test-deps.sh
+
+step scripts/check-capnp.sh
+step cargo build --release --workspace --all-targets
+step cargo test --release --workspace
 # The invariants the store asserts in debug builds only (extent coverage and reference
 # counts after each content change, cursors never backwards), under the tests that
 # drive every write path and replication.
-cargo test -p computer-vfs --test model --test peers --test replication --test check
+step cargo test -p computer-vfs --test model --test peers --test replication --test check
 # The mount tests and the conformance suite again with the requests carried over FUSE's
 # io_uring transport (`computerd mount --io-uring`).
-COMPUTERD_TEST_MOUNT_ARGS=--io-uring cargo test --release -p computerd \
+step env COMPUTERD_TEST_MOUNT_ARGS=--io-uring cargo test --release -p computerd \
   --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
   --test mount_permissions --test mount_disk_full --test mount_memory --test mount_readonly \
   --test replica --test owner
-scripts/conformance.sh
-scripts/conformance.sh --mount-args "--io-uring"
-scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"
+step scripts/conformance.sh
+step scripts/conformance.sh --mount-args "--io-uring"
+step scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"

@@ -18,8 +18,9 @@
 //! A large READ (a read-ahead window) is served by a read worker instead, so that a
 //! file read from disk has several windows in flight ([`offload`]).
 //!
-//! Each queue registers [`QUEUE_DEPTH`] entries (a header and a payload buffer each);
-//! a queue whose registration fails (a kernel without the transport, or one that did
+//! Each queue registers entries (a header and a payload buffer each): up to
+//! [`QUEUE_DEPTH_MAX`] per online CPU within [`RING_BUFFERS_BUDGET_BYTES`] in all, one
+//! for a CPU that is not online ([`queue_depths`]); a queue whose registration fails (a kernel without the transport, or one that did
 //! not agree in INIT) logs why and ends, and requests keep going through `/dev/fuse`:
 //! the kernel uses the ring only once every queue has an entry.
 
@@ -43,9 +44,18 @@ use placement::RingGroup;
 use reply::Answer;
 use serve::Server;
 
-/// Ring entries per CPU: requests a CPU can have in flight before the kernel queues
-/// more (each blocked caller holds one; so do background RELEASEs).
-const QUEUE_DEPTH: u16 = 16;
+/// Ring entries per online CPU at most: requests a CPU can have in flight before the
+/// kernel queues more (each blocked caller holds one; so do background RELEASEs and
+/// large reads handed to the read workers).
+const QUEUE_DEPTH_MAX: u16 = 16;
+/// Ring entries per online CPU at least, whatever the budget: one for a caller and one
+/// for a read a worker is serving.
+const QUEUE_DEPTH_MIN: u16 = 2;
+/// What the payload buffers of all queues may take together, unless that leaves an
+/// online CPU fewer than [`QUEUE_DEPTH_MIN`] entries: 16 entries per CPU on up to 7
+/// CPUs, then fewer, 2 from 64 CPUs on, so that a host of many CPUs does not give each
+/// 16 MiB. The pages are touched, and so resident, only as requests fill them.
+const RING_BUFFERS_BUDGET_BYTES: usize = 128 << 20;
 /// A payload buffer holds the largest request or reply: a WRITE or READ of
 /// `MAX_WRITE`, with a page to spare.
 const PAYLOAD_BYTES: usize = MAX_WRITE as usize + 4096;
@@ -95,17 +105,20 @@ impl RingTransport {
         read_workers: usize,
     ) -> std::io::Result<RingTransport> {
         let cpus = possible_cpus()?;
+        let depths = queue_depths(cpus, &online_cpus(cpus));
         let device = Arc::new(device);
         let served: Arc<Vec<AtomicU64>> = Arc::new((0..cpus).map(|_| AtomicU64::new(0)).collect());
         let server = Arc::new(Server { fs, owner_only });
+        let entries = depths.iter().map(|&depth| usize::from(depth)).sum();
         let (workers, handoff, inboxes) =
-            Workers::start(server.clone(), read_workers.max(1), cpus)?;
+            Workers::start(server.clone(), read_workers.max(1), cpus, entries)?;
         let group = ring_group();
         let mut queues = Vec::with_capacity(cpus);
-        for (qid, inbox) in inboxes.into_iter().enumerate() {
+        for ((qid, inbox), depth) in inboxes.into_iter().enumerate().zip(depths) {
             let stop = eventfd(0)?;
             let queue = Queue {
                 qid,
+                depth,
                 device: device.clone(),
                 server: server.clone(),
                 handoff: handoff.clone(),
@@ -185,6 +198,48 @@ fn parse_cpu_list(list: &str) -> Option<usize> {
     highest.map(|h| h + 1)
 }
 
+/// Which of the `possible` CPUs are online; all of them where the list cannot be read.
+fn online_cpus(possible: usize) -> Vec<bool> {
+    let listed = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|list| parse_cpu_set(&list, possible));
+    listed.unwrap_or_else(|| vec![true; possible])
+}
+
+/// The CPUs of a list such as `0,2-3` among `possible`, or `None` if it is malformed.
+fn parse_cpu_set(list: &str, possible: usize) -> Option<Vec<bool>> {
+    let mut set = vec![false; possible];
+    for part in list.trim().split(',') {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let (first, last) = (first.parse::<usize>().ok()?, last.parse::<usize>().ok()?);
+        let listed = set.get_mut(first..=last.min(possible.checked_sub(1)?));
+        listed.unwrap_or_default().fill(true);
+    }
+    Some(set)
+}
+
+/// The entries of each queue: the same number for every online CPU, as many as the
+/// budget allows within [`QUEUE_DEPTH_MIN`]..=[`QUEUE_DEPTH_MAX`], and one for a CPU
+/// that is not online (the kernel wants a queue for every possible CPU before it uses
+/// the ring, and gives a queue only the requests of callers on its CPU; a CPU brought
+/// online later is served one request at a time).
+fn queue_depths(possible: usize, online: &[bool]) -> Vec<u16> {
+    let online_count = online.iter().filter(|&&on| on).count().max(1);
+    let affordable = RING_BUFFERS_BUDGET_BYTES / (online_count * PAYLOAD_BYTES);
+    let depth = u16::try_from(affordable)
+        .unwrap_or(u16::MAX)
+        .clamp(QUEUE_DEPTH_MIN, QUEUE_DEPTH_MAX);
+    (0..possible)
+        .map(|cpu| {
+            if online.get(cpu) == Some(&true) {
+                depth
+            } else {
+                1
+            }
+        })
+        .collect()
+}
+
 /// A new eventfd; `flags` beside `EFD_CLOEXEC`.
 fn eventfd(flags: i32) -> std::io::Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor.
@@ -199,6 +254,8 @@ fn eventfd(flags: i32) -> std::io::Result<OwnedFd> {
 /// One CPU's queue and what its thread serves with.
 struct Queue {
     qid: usize,
+    /// How many entries it registers ([`queue_depths`]).
+    depth: u16,
     device: Arc<OwnedFd>,
     server: Arc<Server>,
     /// Where large reads go ([`offload`]), and where they come back.
@@ -244,11 +301,11 @@ impl Queue {
         // Boxed: an entry handed to a worker moves, its buffers and iovecs do not.
         // Declared before the ring, so dropped after it: the kernel may write into an
         // entry registered with the ring until the ring is gone.
-        let mut entries: Vec<Option<Box<RingEntry>>> = (0..QUEUE_DEPTH)
+        let mut entries: Vec<Option<Box<RingEntry>>> = (0..self.depth)
             .map(|_| Some(Box::new(RingEntry::new())))
             .collect();
-        let depth = u32::from(QUEUE_DEPTH) + 2; // and the two polls
-        let mut ring: Ring = IoUring::builder().build(depth.next_power_of_two())?;
+        let slots = u32::from(self.depth) + 2; // and the two polls
+        let mut ring: Ring = IoUring::builder().build(slots.next_power_of_two())?;
         for (index, entry) in entries.iter().flatten().enumerate() {
             push(&mut ring, self.register(entry, index))?;
         }
@@ -558,6 +615,47 @@ mod tests {
         assert_eq!(parse_cpu_list("0,2-3"), Some(4));
         assert_eq!(parse_cpu_list("x"), None);
         assert_eq!(parse_cpu_list(""), None);
+    }
+
+    #[test]
+    fn cpu_sets_mark_the_listed_cpus() {
+        assert_eq!(parse_cpu_set("0-1\n", 2), Some(vec![true, true]));
+        assert_eq!(
+            parse_cpu_set("0,2-3", 5),
+            Some(vec![true, false, true, true, false])
+        );
+        // A CPU beyond the possible ones has no queue to mark.
+        assert_eq!(parse_cpu_set("0-7", 2), Some(vec![true, true]));
+        assert_eq!(parse_cpu_set("0-x", 2), None);
+        assert_eq!(parse_cpu_set("", 2), None);
+    }
+
+    #[test]
+    fn queue_depths_keep_the_buffers_within_the_budget() {
+        // Few CPUs: the full depth each.
+        assert_eq!(queue_depths(2, &[true, true]), vec![QUEUE_DEPTH_MAX; 2]);
+        // A CPU that is not online gets one entry.
+        assert_eq!(queue_depths(3, &[true, false, true]), vec![16, 1, 16]);
+        for online in [1, 8, 9, 16, 64, 65, 512] {
+            let depths = queue_depths(online + 3, &vec![true; online]);
+            let entries: usize = depths.iter().map(|&d| usize::from(d)).sum();
+            let online_depth = usize::from(depths[0]);
+            assert!(
+                (2..=16).contains(&online_depth),
+                "{online} CPUs: {online_depth}"
+            );
+            assert_eq!(entries, online * online_depth + 3);
+            let bytes = online * online_depth * PAYLOAD_BYTES;
+            assert!(
+                bytes <= RING_BUFFERS_BUDGET_BYTES || online_depth == 2,
+                "{online} CPUs: {bytes} bytes"
+            );
+            // The budget is used: one more entry per CPU would exceed it.
+            assert!(
+                online_depth == 16
+                    || online * (online_depth + 1) * PAYLOAD_BYTES > RING_BUFFERS_BUDGET_BYTES
+            );
+        }
     }
 
     #[test]

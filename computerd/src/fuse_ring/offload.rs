@@ -71,12 +71,13 @@ impl Handoff {
 }
 
 impl Workers {
-    /// Starts `count` workers for `queues` queues; returns them, the queues' handoff and
-    /// each queue's inbox.
+    /// Starts `count` workers for `queues` queues of `entries` entries together; returns
+    /// them, the queues' handoff and each queue's inbox.
     pub fn start(
         server: Arc<Server>,
         count: usize,
         queues: usize,
+        entries: usize,
     ) -> std::io::Result<(Workers, Handoff, Vec<Inbox>)> {
         let mut inboxes = Vec::with_capacity(queues);
         let mut outboxes = Vec::with_capacity(queues);
@@ -92,9 +93,9 @@ impl Workers {
                 wake,
             });
         }
-        // Each queue has at most QUEUE_DEPTH entries to give: a bounded channel of
-        // that many per queue never blocks a queue's thread.
-        let (jobs, pending) = mpsc::sync_channel(queues * usize::from(super::QUEUE_DEPTH));
+        // A bounded channel with room for every entry of every queue never blocks a
+        // queue's thread.
+        let (jobs, pending) = mpsc::sync_channel(entries);
         let pending = Arc::new(Mutex::new(pending));
         let outboxes = Arc::new(outboxes);
         let served = Arc::new(AtomicU64::new(0));
