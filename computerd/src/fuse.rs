@@ -567,26 +567,49 @@ impl WorkspaceFs {
     ) {
         let _timer = self.timer("read");
         let result = if self.open_skipped.load(Ordering::Relaxed) {
-            self.read_unopened(sender, inode, offset, size as usize)
+            self.read_unopened(sender, inode, |handle| {
+                self.ws.read(handle, offset, size as usize)
+            })
         } else {
             self.ws.read(fh(handle), offset, size as usize)
         };
         reply.answer(result, |reply, data| reply.data(&data))
     }
 
-    /// A read of a file the kernel opened without asking (see `serve_open`).
-    fn read_unopened(
+    /// A READ into `buf`, the transport's reply in place (the ring's payload buffer):
+    /// returns how many bytes it filled.
+    pub(crate) fn serve_read_into(
         &self,
         sender: &Sender,
         inode: INodeNo,
+        handle: FileHandle,
         offset: u64,
-        size: usize,
-    ) -> computer_vfs::Result<Vec<u8>> {
+        buf: &mut [u8],
+    ) -> Result<usize, Errno> {
+        let _timer = self.timer("read");
+        let result = if self.open_skipped.load(Ordering::Relaxed) {
+            self.read_unopened(sender, inode, |handle| {
+                self.ws.read_into(handle, offset, buf)
+            })
+        } else {
+            self.ws.read_into(fh(handle), offset, buf)
+        };
+        result.map_err(|err| errno(&err))
+    }
+
+    /// `read` of a file the kernel opened without asking (see `serve_open`), through a
+    /// handle open for it alone.
+    fn read_unopened<T>(
+        &self,
+        sender: &Sender,
+        inode: INodeNo,
+        read: impl FnOnce(computer_vfs::FileHandle) -> computer_vfs::Result<T>,
+    ) -> computer_vfs::Result<T> {
         let read_only = OpenFlags::from_libc(libc::O_RDONLY);
         let opened = self.as_caller(sender, |who| {
             self.ws.open_for_kernel(who, ino(inode), read_only, false)
         })?;
-        let data = self.ws.read(opened.handle, offset, size);
+        let data = read(opened.handle);
         let released = self.ws.release(opened.handle);
         let data = data?;
         released?;

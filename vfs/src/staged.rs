@@ -30,7 +30,7 @@ use crate::staged_rows;
 use crate::staging::{StagedFile, Staging, POOL_LOW};
 use crate::store;
 use crate::types::*;
-use crate::workspace::Workspace;
+use crate::workspace::{ReadTarget, Workspace};
 
 /// How long a released file waits before the worker ingests it: short-lived files are
 /// deleted before they cost anything, and small files are ingested together.
@@ -440,16 +440,14 @@ impl Workspace {
         staged: &StagedFile,
         offset: u64,
         size: usize,
-    ) -> Result<Vec<u8>> {
+        target: &mut impl ReadTarget,
+    ) -> Result<usize> {
         let (file_size, _, _) = staged.stat()?;
         let end = file_size.min(offset.saturating_add(size as u64));
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(0);
         }
-        let mut buf = vec![0u8; (end - offset) as usize];
-        let got = staged.read_at(&mut buf, offset)?;
-        buf.truncate(got);
-        Ok(buf)
+        staged.read_at(target.room((end - offset) as usize), offset)
     }
 
     pub(crate) fn staged_write(

@@ -1247,6 +1247,14 @@ impl Workspace {
         self.read_through(&self.handle(fh)?, offset, size)
     }
 
+    /// Reads into `buf` from `offset`; returns how many bytes it filled, fewer than
+    /// `buf.len()` only at the end of the file. For a caller that has a buffer to fill
+    /// (a FUSE transport's reply): no buffer of its own, no copy.
+    pub fn read_into(&self, fh: FileHandle, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let size = buf.len();
+        self.read_to(&self.handle(fh)?, offset, size, &mut ReadRoom(buf))
+    }
+
     /// [`Workspace::read`] of an open handle.
     pub(crate) fn read_through(
         &self,
@@ -1254,33 +1262,54 @@ impl Workspace {
         offset: u64,
         size: usize,
     ) -> Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        let len = self.read_to(handle, offset, size, &mut buf)?;
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// Reads up to `size` bytes at `offset` of an open handle into `target`; returns
+    /// how many.
+    fn read_to(
+        &self,
+        handle: &OpenHandle,
+        offset: u64,
+        size: usize,
+        target: &mut impl ReadTarget,
+    ) -> Result<usize> {
         match &handle.body {
-            Body::Staged(staged) => self.staged_read(staged, offset, size),
-            Body::Buffered => self.buffered_read(&handle.open, offset, size),
+            Body::Staged(staged) => self.staged_read(staged, offset, size, target),
+            Body::Buffered => self.buffered_read(&handle.open, offset, size, target),
         }
     }
 
-    fn buffered_read(&self, open: &OpenInode, offset: u64, size: usize) -> Result<Vec<u8>> {
+    fn buffered_read(
+        &self,
+        open: &OpenInode,
+        offset: u64,
+        size: usize,
+        target: &mut impl ReadTarget,
+    ) -> Result<usize> {
         let mut state = lock(&open.state);
         self.load_state(open.ino, &mut state)?;
         let end = state.size.min(offset.saturating_add(size as u64));
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(0);
         }
-        let mut buf = vec![0u8; (end - offset) as usize];
+        let buf = target.room((end - offset) as usize);
         if state.dirty.is_empty() {
             // Nothing buffered: read the committed snapshot without holding the state.
             drop(state);
-            self.inner.db.read(|conn| {
-                content::read_into(conn, &self.inner.cache, open.ino, offset, &mut buf)
-            })?;
-            return Ok(buf);
+            self.inner
+                .db
+                .read(|conn| content::read_into(conn, &self.inner.cache, open.ino, offset, buf))?;
+            return Ok(buf.len());
         }
         self.inner
             .db
-            .read(|conn| content::read_into(conn, &self.inner.cache, open.ino, offset, &mut buf))?;
-        state.dirty.overlay(offset, &mut buf);
-        Ok(buf)
+            .read(|conn| content::read_into(conn, &self.inner.cache, open.ino, offset, buf))?;
+        state.dirty.overlay(offset, buf);
+        Ok(buf.len())
     }
 
     /// Writes `data` at `offset` (at the end with `append`). Returns the bytes written.
@@ -1941,6 +1970,33 @@ fn listable(conn: &rusqlite::Connection, who: Who<'_>, dir: InodeNo) -> Result<A
     Ok(attr)
 }
 
+/// Where a read puts its bytes: [`ReadTarget::room`] is asked once, for exactly the
+/// bytes the read will fill (at most the size asked for).
+pub(crate) trait ReadTarget {
+    fn room(&mut self, len: usize) -> &mut [u8];
+}
+
+/// A read into a buffer of its own.
+impl ReadTarget for Vec<u8> {
+    fn room(&mut self, len: usize) -> &mut [u8] {
+        self.resize(len, 0);
+        self
+    }
+}
+
+/// A read into the caller's buffer, which holds at least the size asked for.
+struct ReadRoom<'a>(&'a mut [u8]);
+
+impl ReadTarget for ReadRoom<'_> {
+    fn room(&mut self, len: usize) -> &mut [u8] {
+        assert!(
+            len <= self.0.len(),
+            "a read fills no more than it was asked"
+        );
+        &mut self.0[..len]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1993,6 +2049,40 @@ mod tests {
             errno(ws.getxattr(Who::Trusted, attr.ino, legacy)),
             libc::EOPNOTSUPP
         );
+    }
+
+    #[test]
+    fn a_read_into_the_callers_buffer_fills_what_a_read_returns() {
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let (_, fh) = create_f(&ws);
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        ws.write(fh, 0, &data).unwrap();
+        ws.fsync(fh, false).unwrap();
+        // Buffered over the committed content, and a hole past it.
+        ws.write(fh, 1000, b"dirty").unwrap();
+        ws.write(fh, 400_000, b"end").unwrap();
+        for (offset, size) in [
+            (0, 4096),
+            (990, 20),
+            (299_990, 100),
+            (399_999, 10),
+            (500_000, 8),
+        ] {
+            let mut buf = vec![0xA5; size];
+            let filled = ws.read_into(fh, offset, &mut buf).unwrap();
+            assert_eq!(
+                &buf[..filled],
+                &ws.read(fh, offset, size).unwrap()[..],
+                "at {offset}"
+            );
+            assert!(
+                buf[filled..].iter().all(|&b| b == 0xA5),
+                "nothing past the end"
+            );
+        }
+        let mut at_end = [0xA5; 10];
+        assert_eq!(ws.read_into(fh, 399_999, &mut at_end).unwrap(), 4);
+        assert_eq!(&at_end[..4], b"\0end");
     }
 
     #[test]

@@ -520,8 +520,8 @@ fn is_large_read(entry: &mut RingEntry) -> bool {
     let Ok(parsed) = wire::entry(header) else {
         return false;
     };
-    wire::read_size(parsed.header.opcode, wire::op_in(header))
-        .is_some_and(|size| size >= OFFLOAD_READ_BYTES)
+    wire::read_args(parsed.header.opcode, wire::op_in(header))
+        .is_some_and(|read| read.size >= OFFLOAD_READ_BYTES)
 }
 
 fn push(ring: &mut Ring, sqe: squeue::Entry128) -> std::io::Result<()> {

@@ -466,11 +466,25 @@ fn two_names(payload: &[u8]) -> Result<(&OsStr, &OsStr), Errno> {
     Ok((first, second))
 }
 
-/// The size a READ asks for, without decoding the rest; `None` for another opcode.
-pub fn read_size(opcode: u32, op_in: &[u8]) -> Option<u32> {
-    (opcode == opcode::READ)
-        .then(|| u32_at(op_in, 16).ok())
-        .flatten()
+/// What a READ asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadArgs {
+    pub fh: u64,
+    pub offset: u64,
+    pub size: u32,
+}
+
+/// A READ's arguments (a READ carries no payload: its reply can take the payload
+/// buffer's place); `None` for another opcode, or a READ too short to hold them, which
+/// [`decode`] refuses.
+pub fn read_args(opcode: u32, op_in: &[u8]) -> Option<ReadArgs> {
+    if opcode != opcode::READ {
+        return None;
+    }
+    match decode(opcode, op_in, &[]) {
+        Ok(Request::Read { fh, offset, size }) => Some(ReadArgs { fh, offset, size }),
+        _ => None,
+    }
 }
 
 /// A name the kernel sends NUL-terminated.
@@ -696,6 +710,14 @@ mod tests {
                 size: 131072
             })
         );
+        let args = ReadArgs {
+            fh: 5,
+            offset: 4096,
+            size: 131072,
+        };
+        assert_eq!(read_args(opcode::READ, op_in(&header)), Some(args));
+        assert_eq!(read_args(opcode::READ, &read_in[..19]), None);
+        assert_eq!(read_args(opcode::WRITE, op_in(&header)), None);
         assert_eq!(
             decode(opcode::LOOKUP, &[], b"a.txt\0"),
             Ok(Request::Lookup {
