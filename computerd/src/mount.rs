@@ -76,7 +76,8 @@ pub struct MountArgs {
     /// With --daemon: write the daemon's log here (default: discard).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
-    /// FUSE worker threads (with --io-uring: the workers that serve large reads).
+    /// FUSE worker threads (with --io-uring: the workers that serve large reads, at most
+    /// one fewer than the online CPUs).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Do not let the kernel cache writes (every write(2) becomes a request). Only used

@@ -95,7 +95,8 @@ pub struct RingTransport {
 impl RingTransport {
     /// Starts a queue per possible CPU on `device`, the session's `/dev/fuse`
     /// descriptor (a duplicate), once INIT is answered, and `read_workers` workers for
-    /// large reads ([`offload`]; as many as `/dev/fuse` would have). `owner_only`: the
+    /// large reads ([`offload`]; as many as `/dev/fuse` would have, within
+    /// [`worker_count`]'s bound). `owner_only`: the
     /// uid allowed when the mount is not shared with other users (fuser's check, kept
     /// here).
     pub fn start(
@@ -105,13 +106,18 @@ impl RingTransport {
         read_workers: usize,
     ) -> std::io::Result<RingTransport> {
         let cpus = possible_cpus()?;
-        let depths = queue_depths(cpus, &online_cpus(cpus));
+        let online = online_cpus(cpus);
+        let depths = queue_depths(cpus, &online);
         let device = Arc::new(device);
         let served: Arc<Vec<AtomicU64>> = Arc::new((0..cpus).map(|_| AtomicU64::new(0)).collect());
         let server = Arc::new(Server { fs, owner_only });
         let entries = depths.iter().map(|&depth| usize::from(depth)).sum();
-        let (workers, handoff, inboxes) =
-            Workers::start(server.clone(), read_workers.max(1), cpus, entries)?;
+        let (workers, handoff, inboxes) = Workers::start(
+            server.clone(),
+            worker_count(read_workers, &online),
+            cpus,
+            entries,
+        )?;
         let group = ring_group();
         let mut queues = Vec::with_capacity(cpus);
         for ((qid, inbox), depth) in inboxes.into_iter().enumerate().zip(depths) {
@@ -196,6 +202,16 @@ fn parse_cpu_list(list: &str) -> Option<usize> {
         highest = highest.max(Some(last));
     }
     highest.map(|h| h + 1)
+}
+
+/// How many read workers to start: as many as asked for, but one CPU fewer than are
+/// online, and at least one. A read a worker serves is committed by its queue's
+/// thread, which runs under `SCHED_IDLE` (`placement.rs`): with a busy worker on every
+/// CPU the commits wait behind them. On two CPUs, `cat` of a 256 MiB file after a mount
+/// took 320 ms with two workers, 230 with one (docs/benchmarks.md, "Large reads").
+fn worker_count(asked: usize, online: &[bool]) -> usize {
+    let online = online.iter().filter(|&&up| up).count();
+    asked.min(online.saturating_sub(1)).max(1)
 }
 
 /// Which of the `possible` CPUs are online; all of them where the list cannot be read.
@@ -656,6 +672,19 @@ mod tests {
                     || online * (online_depth + 1) * PAYLOAD_BYTES > RING_BUFFERS_BUDGET_BYTES
             );
         }
+    }
+
+    #[test]
+    fn read_workers_leave_a_cpu_to_the_queues() {
+        assert_eq!(worker_count(2, &[true, true]), 1);
+        assert_eq!(worker_count(8, &[true; 4]), 3);
+        assert_eq!(worker_count(2, &[true; 4]), 2);
+        // One CPU, or none known online: still a worker.
+        assert_eq!(worker_count(2, &[true]), 1);
+        assert_eq!(worker_count(2, &[false, false]), 1);
+        assert_eq!(worker_count(0, &[true; 4]), 1);
+        // A CPU that is not online runs nothing.
+        assert_eq!(worker_count(4, &[true, false, true, false]), 1);
     }
 
     #[test]

@@ -3,12 +3,12 @@
 //! there, the read-ahead windows of a file read after a fresh mount would wait for
 //! each other, each a read of the database from disk, where `/dev/fuse`'s workers
 //! serve two at once. So a queue hands a READ of [`OFFLOAD_READ_BYTES`] or more to a
-//! worker (as many as the mount's `--threads`, in the daemon's own group and policy,
-//! shared by all queues) and goes on
-//! with its other entries; the worker serves it into the entry's buffers and hands the
-//! entry back, waking the queue through an eventfd the queue's ring polls, and the
-//! queue commits it. Small requests stay on the queue's thread, where a round trip
-//! costs least.
+//! worker (as many as the mount's `--threads`, but one CPU fewer than are online:
+//! `worker_count`; in the daemon's own group and policy, shared by all queues) and
+//! goes on with its other entries; the worker serves it into the entry's buffers and
+//! hands the entry back, waking the queue through an eventfd the queue's ring polls,
+//! and the queue commits it. Small requests stay on the queue's thread, where a round
+//! trip costs least.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
