@@ -28,9 +28,18 @@ fuzz_target!(|data: &[u8]| {
     let (header, payload) = rest.split_at(rest.len().min(wire::HEADER_BYTES));
     let _ = wire::entry(header);
     let op_in = wire::op_in(header);
+    // The ring answers a READ from these alone, before decoding the request: they must
+    // be what decoding finds.
+    let read = wire::read_args(opcode, op_in);
     let Ok(request) = wire::decode(opcode, op_in, payload) else {
+        assert_eq!(read, None, "a READ decoding refuses");
         return;
     };
+    if let wire::Request::Read { fh, offset, size } = request {
+        assert_eq!(read, Some(wire::ReadArgs { fh, offset, size }));
+    } else {
+        assert_eq!(read, None, "a READ's arguments from another request");
+    }
     let _ = request.exempt_from_owner_check();
     let name = match &request {
         wire::Request::Lookup { name } | wire::Request::Getxattr { name, .. } => name.as_bytes(),
