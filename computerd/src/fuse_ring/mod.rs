@@ -58,7 +58,9 @@ const QUEUE_DEPTH_MIN: u16 = 2;
 const RING_BUFFERS_BUDGET_BYTES: usize = 128 << 20;
 /// A payload buffer holds the largest request or reply: a WRITE or READ of
 /// `MAX_WRITE`, with a page to spare.
-const PAYLOAD_BYTES: usize = MAX_WRITE as usize + 4096;
+const PAYLOAD_BYTES: usize = MAX_WRITE as usize + PAGE_BYTES;
+/// The unit the ring's buffers are sized in (`mmap` rounds up to the host's own).
+const PAGE_BYTES: usize = 4096;
 /// `FUSE_IO_URING_CMD_REGISTER` and `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`.
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
@@ -550,10 +552,15 @@ fn push(ring: &mut Ring, sqe: squeue::Entry128) -> std::io::Result<()> {
         .map_err(|_| std::io::Error::other("the ring's submission queue is full"))
 }
 
-/// A page-aligned buffer the kernel reads and writes between submissions.
+/// A page-aligned buffer the kernel reads and writes between submissions: a private
+/// anonymous mapping, so that a page costs memory only once something is written to
+/// it. A payload buffer is sized for the largest request, and most requests use a page
+/// of it or none: every entry of every queue allocated up front would otherwise be
+/// resident from the mount on (33 MiB on two CPUs, up to the buffer budget on a
+/// large host).
 struct Pages {
     ptr: std::ptr::NonNull<u8>,
-    layout: std::alloc::Layout,
+    len: usize,
 }
 
 // SAFETY: the buffer is owned memory, touched by one thread at a time.
@@ -561,25 +568,44 @@ unsafe impl Send for Pages {}
 
 impl Pages {
     fn new(bytes: usize) -> Pages {
-        let layout = std::alloc::Layout::from_size_align(bytes.next_multiple_of(4096), 4096)
-            .expect("a page-aligned layout of a few pages");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr =
-            std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Pages { ptr, layout }
+        let len = bytes.next_multiple_of(PAGE_BYTES);
+        assert!(len > 0, "a buffer of at least a page");
+        // SAFETY: a new private anonymous mapping; no address or descriptor is passed.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            // As the global allocator does when memory runs out.
+            let layout = std::alloc::Layout::from_size_align(len, PAGE_BYTES)
+                .expect("a page-aligned layout of a few pages");
+            std::alloc::handle_alloc_error(layout);
+        }
+        // Pages, not huge pages: one write would make 2 MiB resident where THP is on
+        // for every mapping. Advice only: a host without THP refuses it.
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
+        let ptr = std::ptr::NonNull::new(ptr.cast()).expect("mmap returns no null mapping");
+        Pages { ptr, len }
     }
 
     fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is a live allocation of layout.size() bytes owned by self.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+        // SAFETY: ptr maps len bytes, readable and writable (zeros until written),
+        // owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl Drop for Pages {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        // SAFETY: the mapping made in `new`, of this length, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 
@@ -685,6 +711,28 @@ mod tests {
         assert_eq!(worker_count(0, &[true; 4]), 1);
         // A CPU that is not online runs nothing.
         assert_eq!(worker_count(4, &[true, false, true, false]), 1);
+    }
+
+    #[test]
+    fn a_buffer_is_resident_only_where_written() {
+        let mut pages = Pages::new(PAYLOAD_BYTES);
+        assert_eq!(resident_pages(&mut pages), 0, "a new buffer");
+        pages.bytes()[PAGE_BYTES * 3] = 1;
+        assert_eq!(resident_pages(&mut pages), 1, "after a write to one page");
+        // The rest reads as zeros (mapping the zero page, which mincore counts).
+        let zeros = pages.bytes().iter().filter(|&&b| b == 0).count();
+        assert_eq!(zeros, PAYLOAD_BYTES - 1);
+    }
+
+    /// How many of a buffer's pages are in memory (`mincore`).
+    fn resident_pages(pages: &mut Pages) -> usize {
+        let bytes = pages.bytes();
+        let mut flags = vec![0u8; bytes.len().div_ceil(PAGE_BYTES)];
+        // SAFETY: a mapping of bytes.len() bytes, and a vector of one byte per page.
+        let rc =
+            unsafe { libc::mincore(bytes.as_mut_ptr().cast(), bytes.len(), flags.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        flags.iter().filter(|&&f| f & 1 == 1).count()
     }
 
     #[test]
