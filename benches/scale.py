@@ -76,13 +76,15 @@ def stat_all(root, n):
 class Mount:
     """computerd serving a workspace in the foreground of a child process."""
 
-    def __init__(self, computerd, db, mnt):
+    def __init__(self, computerd, db, mnt, extra_args=()):
         self.computerd, self.db, self.mnt = computerd, db, mnt
+        self.extra_args = list(extra_args)
         self.proc = None
 
     def start(self):
         os.makedirs(self.mnt, exist_ok=True)
-        self.proc = subprocess.Popen([self.computerd, "mount", self.db, self.mnt],
+        self.proc = subprocess.Popen([self.computerd, "mount", self.db, self.mnt,
+                                      *self.extra_args],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 30
         while subprocess.run(["mountpoint", "-q", self.mnt]).returncode != 0:
@@ -134,7 +136,8 @@ def run_size(args, n):
     shutil.rmtree(work, ignore_errors=True)
     host = os.path.join(work, "host")
     os.makedirs(host)
-    mount = Mount(args.computerd, os.path.join(work, "ws.db"), os.path.join(work, "mnt"))
+    mount = Mount(args.computerd, os.path.join(work, "ws.db"), os.path.join(work, "mnt"),
+                  args.mount_args.split())
     mount.start()
     rss = {}
 
@@ -159,6 +162,8 @@ def main():
     parser.add_argument("--work", default="/tmp/computer-scale")
     parser.add_argument("--computerd", default="target/release/computerd")
     parser.add_argument("--markdown", help="also write the table to this file")
+    parser.add_argument("--mount-args", default="",
+                        help="options for every mount, e.g. --io-uring")
     args = parser.parse_args()
     args.computerd = os.path.abspath(args.computerd)
     steps = ["create", "list warm", "list cold", "read warm", "read cold", "stat warm"]
