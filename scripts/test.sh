@@ -29,12 +29,12 @@ step cargo test --release --workspace
 # counts after each content change, cursors never backwards), under the tests that
 # drive every write path and replication.
 step cargo test -p computer-vfs --test model --test peers --test replication --test check
-# The mount tests and the conformance suite again with the requests carried over FUSE's
-# io_uring transport (`computerd mount --io-uring`).
+# Every test that mounts through the shared harness, and the conformance suite, again
+# with the requests carried over FUSE's io_uring transport (`computerd mount --io-uring`).
 step env COMPUTERD_TEST_MOUNT_ARGS=--io-uring cargo test --release -p computerd \
   --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
   --test mount_permissions --test mount_disk_full --test mount_memory --test mount_readonly \
-  --test replica --test owner
+  --test replica --test owner --test exec --test js --test mcp
 step scripts/conformance.sh
 step scripts/conformance.sh --mount-args "--io-uring"
 step scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"
