@@ -210,7 +210,8 @@ fn parse_cpu_list(list: &str) -> Option<usize> {
 /// online, and at least one. A read a worker serves is committed by its queue's
 /// thread, which runs under `SCHED_IDLE` (`placement.rs`): with a busy worker on every
 /// CPU the commits wait behind them. On two CPUs, `cat` of a 256 MiB file after a mount
-/// took 320 ms with two workers, 230 with one (docs/benchmarks.md, "Large reads").
+/// took 309 ms with two workers, 205 with one, the database in the page cache
+/// (docs/benchmarks.md, "One worker fewer than CPUs, reads in place").
 fn worker_count(asked: usize, online: &[bool]) -> usize {
     let online = online.iter().filter(|&&up| up).count();
     asked.min(online.saturating_sub(1)).max(1)
@@ -319,9 +320,9 @@ impl Queue {
         // Boxed: an entry handed to a worker moves, its buffers and iovecs do not.
         // Declared before the ring, so dropped after it: the kernel may write into an
         // entry registered with the ring until the ring is gone.
-        let mut entries: Vec<Option<Box<RingEntry>>> = (0..self.depth)
-            .map(|_| Some(Box::new(RingEntry::new())))
-            .collect();
+        let mut entries = (0..self.depth)
+            .map(|_| Ok(Some(Box::new(RingEntry::new()?))))
+            .collect::<std::io::Result<Vec<Option<Box<RingEntry>>>>>()?;
         let slots = u32::from(self.depth) + 2; // and the two polls
         let mut ring: Ring = IoUring::builder().build(slots.next_power_of_two())?;
         for (index, entry) in entries.iter().flatten().enumerate() {
@@ -567,7 +568,10 @@ struct Pages {
 unsafe impl Send for Pages {}
 
 impl Pages {
-    fn new(bytes: usize) -> Pages {
+    /// A buffer of `bytes` rounded up to whole pages; fails as `mmap` does (ENOMEM):
+    /// the queue then ends with the error, and since the kernel uses the ring only once
+    /// every queue registered, requests stay on `/dev/fuse`.
+    fn new(bytes: usize) -> std::io::Result<Pages> {
         let len = bytes.next_multiple_of(PAGE_BYTES);
         assert!(len > 0, "a buffer of at least a page");
         // SAFETY: a new private anonymous mapping; no address or descriptor is passed.
@@ -582,17 +586,14 @@ impl Pages {
             )
         };
         if ptr == libc::MAP_FAILED {
-            // As the global allocator does when memory runs out.
-            let layout = std::alloc::Layout::from_size_align(len, PAGE_BYTES)
-                .expect("a page-aligned layout of a few pages");
-            std::alloc::handle_alloc_error(layout);
+            return Err(std::io::Error::last_os_error());
         }
         // Pages, not huge pages: one write would make 2 MiB resident where THP is on
         // for every mapping. Advice only: a host without THP refuses it.
         // SAFETY: advice on the mapping just made.
         unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
         let ptr = std::ptr::NonNull::new(ptr.cast()).expect("mmap returns no null mapping");
-        Pages { ptr, len }
+        Ok(Pages { ptr, len })
     }
 
     fn bytes(&mut self) -> &mut [u8] {
@@ -624,9 +625,9 @@ struct RingEntry {
 unsafe impl Send for RingEntry {}
 
 impl RingEntry {
-    fn new() -> RingEntry {
-        let mut header = Pages::new(wire::HEADER_BYTES);
-        let mut payload = Pages::new(PAYLOAD_BYTES);
+    fn new() -> std::io::Result<RingEntry> {
+        let mut header = Pages::new(wire::HEADER_BYTES)?;
+        let mut payload = Pages::new(PAYLOAD_BYTES)?;
         let iov = [
             libc::iovec {
                 iov_base: header.bytes().as_mut_ptr().cast(),
@@ -637,12 +638,12 @@ impl RingEntry {
                 iov_len: PAYLOAD_BYTES,
             },
         ];
-        RingEntry {
+        Ok(RingEntry {
             header,
             payload,
             iov,
             committing: None,
-        }
+        })
     }
 }
 
@@ -715,7 +716,7 @@ mod tests {
 
     #[test]
     fn a_buffer_is_resident_only_where_written() {
-        let mut pages = Pages::new(PAYLOAD_BYTES);
+        let mut pages = Pages::new(PAYLOAD_BYTES).unwrap();
         assert_eq!(resident_pages(&mut pages), 0, "a new buffer");
         pages.bytes()[PAGE_BYTES * 3] = 1;
         assert_eq!(resident_pages(&mut pages), 1, "after a write to one page");
@@ -737,7 +738,7 @@ mod tests {
 
     #[test]
     fn a_registration_names_both_buffers() {
-        let entry = RingEntry::new();
+        let entry = RingEntry::new().unwrap();
         let sqe = with_iovecs(command(3, 1, CMD_REGISTER, 0), &entry.iov);
         // SAFETY: as in `with_iovecs`.
         let bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
