@@ -528,3 +528,50 @@ fn no_function_grows_past_70_lines() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The test files that mount through the shared harness's `Mount`: the ones that
+/// `COMPUTERD_TEST_MOUNT_ARGS` reaches.
+fn harness_mount_tests() -> BTreeSet<String> {
+    // Spelled in two halves, so that this file does not name them whole.
+    let uses_mount = [
+        concat!("Mount::", "new("),
+        concat!("Mount::", "with_args"),
+        concat!("Mount::", "replica("),
+    ];
+    sources("computerd/tests")
+        .into_iter()
+        .filter(|(path, text)| {
+            !path.contains("/common/") && uses_mount.iter().any(|call| text.contains(call))
+        })
+        .filter_map(|(path, _)| {
+            let file = Path::new(&path).file_stem()?.to_str()?.to_owned();
+            Some(file)
+        })
+        .collect()
+}
+
+#[test]
+fn ci_runs_every_harness_mount_test_over_the_ring_as_well() {
+    let script = std::fs::read_to_string(workspace_root().join("scripts/test.sh")).unwrap();
+    let pass = script
+        .split("step env COMPUTERD_TEST_MOUNT_ARGS=--io-uring")
+        .nth(1)
+        .and_then(|rest| rest.split("\nstep ").next())
+        .expect("scripts/test.sh has a pass with COMPUTERD_TEST_MOUNT_ARGS=--io-uring");
+    let in_pass: BTreeSet<String> = pass
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|pair| pair[0] == "--test")
+        .map(|pair| pair[1].to_owned())
+        .collect();
+    let missing: Vec<_> = harness_mount_tests()
+        .difference(&in_pass)
+        .cloned()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "scripts/test.sh's pass over io_uring leaves out {missing:?}, which mount through \
+         the harness: add them (docs/ARCHITECTURE.md says CI runs them all)"
+    );
+}
