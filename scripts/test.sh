@@ -34,7 +34,12 @@ step cargo test -p computer-vfs --test model --test peers --test replication --t
 step env COMPUTERD_TEST_MOUNT_ARGS=--io-uring cargo test --release -p computerd \
   --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
   --test mount_permissions --test mount_disk_full --test mount_memory --test mount_readonly \
-  --test replica --test owner --test exec --test js --test mcp --test shell
+  --test replica --test owner --test exec --test js --test mcp --test shell --test mount_cached_opens
+# The tests of what a workspace's files hold and who may reach them, with files opened
+# without asking the daemon (`computerd mount --cached-opens`), over both transports.
+step env COMPUTERD_TEST_MOUNT_ARGS=--cached-opens cargo test --release -p computerd \
+  --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
+  --test mount_permissions --test owner
 step scripts/conformance.sh
 step scripts/conformance.sh --mount-args "--io-uring"
 step scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod backing;
+mod unopened;
 mod write;
 
 use crate::fuse_reply::{self as answer, errno};
@@ -43,6 +44,7 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use unopened::{DeletedHolds, UnopenedWriters};
 
 /// How long the kernel may trust an entry or attributes it got from us.
 const TTL: Duration = Duration::from_secs(3600);
@@ -69,6 +71,9 @@ pub struct MountConfig {
     pub readdirplus_auto: bool,
     /// Ask the kernel to carry requests over io_uring (`fuse_ring`).
     pub io_uring: bool,
+    /// Let the kernel open files without asking on a writable mount too, and keep their
+    /// pages across opens (`fuse::unopened`).
+    pub cached_opens: bool,
 }
 
 /// The filesystem the kernel talks to. A clone shares everything with the original:
@@ -96,9 +101,13 @@ pub struct WorkspaceFs {
     /// The kernel opens directories without asking once OPENDIR answers ENOSYS (it said
     /// so in INIT: `FUSE_NO_OPENDIR_SUPPORT`); see `opendir`.
     opendir_skipped: Arc<AtomicBool>,
-    /// A read-only mount lets the kernel open files without asking too (`FUSE_NO_OPEN_
-    /// SUPPORT`); see `open`.
+    /// A read-only mount, or one with `cached_opens`, lets the kernel open files without
+    /// asking too (`FUSE_NO_OPEN_SUPPORT`); see `open`.
     open_skipped: Arc<AtomicBool>,
+    /// The writers of files the kernel opened without asking ([`unopened`]).
+    unopened: Arc<UnopenedWriters>,
+    /// Files deleted while such a kernel may hold them open ([`unopened`]).
+    deleted_holds: Arc<DeletedHolds>,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -150,6 +159,8 @@ impl WorkspaceFs {
             notifier,
             opendir_skipped: Arc::default(),
             open_skipped: Arc::default(),
+            unopened: Arc::default(),
+            deleted_holds: Arc::default(),
         }
     }
 
@@ -310,9 +321,10 @@ fn fh(fh: FileHandle) -> computer_vfs::FileHandle {
 /// can refuse them. A mount only root can reach (no `allow_other`: the kernel and fuser
 /// turn every other user away) leaves the checks to the store, which saves the kernel a
 /// GETATTR of the directory before each lookup after a change of it; the mount is then
-/// given `nosuid`, which it has anyway, in place of the option.
-pub fn permission_option(allow_other: bool) -> MountOption {
-    if allow_other || !nix::unistd::geteuid().is_root() {
+/// given `nosuid`, which it has anyway, in place of the option. Where files are opened
+/// without asking (`cached_opens`), the kernel checks too: no OPEN reaches the store.
+pub fn permission_option(allow_other: bool, cached_opens: bool) -> MountOption {
+    if allow_other || cached_opens || !nix::unistd::geteuid().is_root() {
         MountOption::DefaultPermissions
     } else {
         MountOption::NoSuid
@@ -456,13 +468,26 @@ impl WorkspaceFs {
     }
 
     /// The answer to a `create`, as [`WorkspaceFs::reply_opened`] with the new entry.
+    /// Where files are opened without asking, the new file is too: no RELEASE would come
+    /// for a handle (see `init`), so the daemon keeps none, and the kernel sends handle
+    /// 0 as for any other file (`unopened`).
     fn reply_created(&self, reply: impl answer::Create, fuse_attr: &FileAttr, opened: &Opened) {
         let entry = answer::NewEntry {
             ttl: &TTL,
             attr: fuse_attr,
             generation: Generation(0),
         };
-        reply.created(&entry, &self.open_file(fuse_attr.ino, opened))
+        if !self.open_skipped.load(Ordering::Relaxed) {
+            return reply.created(&entry, &self.open_file(fuse_attr.ino, opened));
+        }
+        if let Err(err) = self.ws.release(opened.handle) {
+            return reply.fail(errno(&err));
+        }
+        let unopened = FileHandle(computer_vfs::FileHandle::UNOPENED.0);
+        reply.created(
+            &entry,
+            &answer::OpenFile::served(unopened, FopenFlags::FOPEN_KEEP_CACHE),
+        )
     }
 
     /// How the kernel reaches an open file's data: a staged file through passthrough
@@ -605,19 +630,33 @@ impl WorkspaceFs {
         inode: INodeNo,
         read: impl FnOnce(computer_vfs::FileHandle) -> computer_vfs::Result<T>,
     ) -> computer_vfs::Result<T> {
+        // With `--cached-opens` the kernel checked the open (`default_permissions`),
+        // execute-only opens included, which a READ does not tell apart.
+        if self.config.cached_opens {
+            return self.with_unopened_reader(Who::Trusted, inode, read);
+        }
+        self.as_caller(sender, |who| self.with_unopened_reader(who, inode, read))
+    }
+
+    /// Calls `op` with a read-only handle of `inode` opened for it alone, as `who`.
+    fn with_unopened_reader<T>(
+        &self,
+        who: Who<'_>,
+        inode: INodeNo,
+        op: impl FnOnce(computer_vfs::FileHandle) -> computer_vfs::Result<T>,
+    ) -> computer_vfs::Result<T> {
         let read_only = OpenFlags::from_libc(libc::O_RDONLY);
-        let opened = self.as_caller(sender, |who| {
-            self.ws.open_for_kernel(who, ino(inode), read_only, false)
-        })?;
-        let data = read(opened.handle);
+        let opened = self.ws.open_for_kernel(who, ino(inode), read_only, false)?;
+        let data = op(opened.handle);
         let released = self.ws.release(opened.handle);
         let data = data?;
         released?;
         Ok(data)
     }
 
-    /// A file opened without asking has nothing to flush: ENOSYS, after which the
-    /// kernel stops sending FLUSH (`no_flush`).
+    /// Where files are opened without asking, ENOSYS, after which the kernel stops
+    /// sending FLUSH (`no_flush`): each close of such a file would be a round trip. A
+    /// file created on such a mount (CREATE is still asked) commits at its release.
     pub(crate) fn serve_flush(&self, handle: FileHandle, reply: impl answer::Empty) {
         let _timer = self.timer("flush");
         if self.open_skipped.load(Ordering::Relaxed) {
@@ -633,7 +672,7 @@ impl WorkspaceFs {
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("release");
-        if self.open_skipped.load(Ordering::Relaxed) {
+        if fh(handle) == computer_vfs::FileHandle::UNOPENED {
             // The first file the kernel opened when OPEN answered ENOSYS: no handle.
             return reply.ok();
         }
@@ -641,18 +680,28 @@ impl WorkspaceFs {
         reply.answer(self.ws.release(fh(handle)), |reply, ()| reply.ok())
     }
 
-    /// On a read-only mount there is nothing to make durable.
+    /// On a read-only mount there is nothing to make durable. A file opened without
+    /// asking is synced through the writer held for it, or a handle opened for the sync.
     pub(crate) fn serve_fsync(
         &self,
+        inode: INodeNo,
         handle: FileHandle,
         datasync: bool,
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("fsync");
-        if self.open_skipped.load(Ordering::Relaxed) {
+        if self.config.read_only {
             return reply.ok();
         }
-        reply.answer(self.ws.fsync(fh(handle), datasync), |reply, ()| reply.ok())
+        let sync = |handle| self.ws.fsync(handle, datasync);
+        let result = if fh(handle) != computer_vfs::FileHandle::UNOPENED {
+            sync(fh(handle))
+        } else if let Some(writer) = self.unopened.in_use(ino(inode)) {
+            sync(writer.handle)
+        } else {
+            self.with_unopened_reader(Who::Trusted, inode, sync)
+        };
+        reply.answer(result, |reply, ()| reply.ok())
     }
 
     /// Answered ENOSYS where the kernel can take it, so that it opens every directory of
@@ -849,17 +898,50 @@ impl WorkspaceFs {
         })
     }
 
+    /// How writes reach the store, negotiated in INIT: passthrough to staging files
+    /// where the kernel offers it, else the writeback cache, else one WRITE per write(2).
+    fn choose_write_path(&self, config: &mut KernelConfig, cached_opens: bool) {
+        // Where files are opened without asking, the kernel sends no RELEASE for the
+        // files it creates either (measured on 6.18): nothing would say when a file
+        // written through passthrough is done with. Every write goes through the page
+        // cache to the daemon instead (`unopened`).
+        let writable = !self.config.read_only;
+        if writable && self.config.passthrough && self.ws.has_staging() && !cached_opens {
+            let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            if offered && config.set_max_stack_depth(1).is_ok() {
+                self.passthrough.store(true, Ordering::Relaxed);
+            }
+        }
+        // Nor the writeback cache: with it the kernel marks a file's block count stale at
+        // every close, and the next `stat` of it asks the daemon again (a GETATTR per
+        // file in every `grep -r`, measured), which is what opening without asking saves.
+        let passthrough = self.passthrough.load(Ordering::Relaxed);
+        if writable && self.config.writeback_cache && !passthrough && !cached_opens {
+            let writeback = config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_ok();
+            self.writeback.store(writeback, Ordering::Relaxed);
+        }
+    }
+
     /// Which opens the kernel may do without asking, as INIT told: directories always
-    /// (`serve_opendir`), files on a read-only mount of a workspace's owner
-    /// (`serve_open`).
-    fn skip_opens(&self, config: &KernelConfig) {
+    /// (`serve_opendir`), files on a mount of a workspace's owner that is read-only or
+    /// has `cached_opens` (`serve_open`). Returns whether files are opened so.
+    fn skip_opens(&self, config: &KernelConfig) -> bool {
         let offered = config.capabilities();
         let skip_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         self.opendir_skipped.store(skip_opendir, Ordering::Relaxed);
-        // Only where nothing changes the files: a read-only replica takes in its server's.
-        let unchanging = self.config.read_only && !self.config.replica;
-        let skip_open = unchanging && offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
+        // Not on a replica: its server's changes reach the store behind the kernel's back.
+        let wanted = (self.config.read_only || self.config.cached_opens) && !self.config.replica;
+        let skip_open = wanted && offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
         self.open_skipped.store(skip_open, Ordering::Relaxed);
+        if skip_open && !self.config.read_only {
+            if let Err(err) = self.unopened.start_sweeper(self.ws.clone()) {
+                tracing::warn!("cannot start the thread that commits written files: {err}");
+                self.open_skipped.store(false, Ordering::Relaxed);
+            }
+        }
+        self.open_skipped.load(Ordering::Relaxed)
     }
 }
 
@@ -876,6 +958,7 @@ impl Filesystem for WorkspaceFs {
         } else {
             InitFlags::empty()
         };
+        let cached_opens = self.skip_opens(config) && !self.config.read_only;
         let wanted = [
             InitFlags::FUSE_DO_READDIRPLUS,
             readdirplus_auto,
@@ -900,22 +983,9 @@ impl Filesystem for WorkspaceFs {
         {
             tracing::warn!("the kernel does not offer FUSE over io_uring here");
         }
-        self.skip_opens(config);
         // Passthrough and the writeback cache exclude each other (the kernel refuses
         // backing files once writeback is negotiated); passthrough wins where offered.
-        let writable = !self.config.read_only;
-        if writable && self.config.passthrough && self.ws.has_staging() {
-            let offered = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
-            if offered && config.set_max_stack_depth(1).is_ok() {
-                self.passthrough.store(true, Ordering::Relaxed);
-            }
-        }
-        if writable && self.config.writeback_cache && !self.passthrough.load(Ordering::Relaxed) {
-            let writeback = config
-                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
-                .is_ok();
-            self.writeback.store(writeback, Ordering::Relaxed);
-        }
+        self.choose_write_path(config, cached_opens);
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
@@ -930,6 +1000,8 @@ impl Filesystem for WorkspaceFs {
     }
 
     fn destroy(&mut self) {
+        self.unopened.stop(&self.ws);
+        self.deleted_holds.release_every(&self.ws);
         if let Some(report) = self.op_stats_report() {
             tracing::info!("FUSE requests served:\n{report}");
             eprintln!("FUSE requests served:\n{report}");
@@ -939,6 +1011,12 @@ impl Filesystem for WorkspaceFs {
                 tracing::error!("failed to flush the workspace at unmount: {err}");
             }
         }
+    }
+
+    /// Forgets come over `/dev/fuse` whichever transport carries the rest (fuser's
+    /// `batch_forget` calls this for each).
+    fn forget(&self, _req: &Request, inode: INodeNo, _nlookup: u64) {
+        self.serve_forget(inode)
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -1129,12 +1207,12 @@ impl Filesystem for WorkspaceFs {
     fn fsync(
         &self,
         _req: &Request,
-        _inode: INodeNo,
+        inode: INodeNo,
         handle: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.serve_fsync(handle, datasync, reply)
+        self.serve_fsync(inode, handle, datasync, reply)
     }
 
     fn opendir(&self, req: &Request, inode: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
@@ -1210,14 +1288,14 @@ impl Filesystem for WorkspaceFs {
     fn fallocate(
         &self,
         _req: &Request,
-        _inode: INodeNo,
+        inode: INodeNo,
         handle: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.serve_fallocate(handle, offset, length, mode, reply)
+        self.serve_fallocate(inode, handle, offset, length, mode, reply)
     }
 
     fn lseek(

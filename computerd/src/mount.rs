@@ -120,6 +120,13 @@ pub struct MountArgs {
     /// kernel's switch for it (root; kernel 6.14 or later). Experimental.
     #[arg(long)]
     pub io_uring: bool,
+    /// Let the kernel open files without asking the daemon and keep their pages across
+    /// opens, as on a read-only mount: a `grep -r` or `cat` of many small files, run
+    /// again, costs no round trip per file. In exchange every write(2) reaches the
+    /// daemon (no passthrough, no writeback cache), and a written file is committed a
+    /// second after its last write rather than at its close. Not on a replica.
+    #[arg(long)]
+    pub cached_opens: bool,
     /// The policy of the commands this mount runs for `computerd exec`: a TOML file
     /// with [linux], [shell] and [js] tables (docs/RUNTIMES.md). Default: no network,
     /// the default limits.
@@ -437,6 +444,7 @@ fn mount_config(args: &MountArgs) -> MountConfig {
         op_stats: args.op_stats,
         readdirplus_auto: args.readdirplus_auto,
         io_uring: args.io_uring,
+        cached_opens: args.cached_opens,
     }
 }
 
@@ -457,7 +465,7 @@ fn session_config(args: &MountArgs, db: &Path) -> Config {
         // What `computerd umount` and `status` find it by (`mounts.rs`).
         MountOption::FSName(format!("{}{}", crate::mounts::SOURCE_PREFIX, db.display())),
         MountOption::Subtype("computer".into()),
-        crate::fuse::permission_option(args.allow_other),
+        crate::fuse::permission_option(args.allow_other, args.cached_opens),
         if args.read_only {
             MountOption::RO
         } else {

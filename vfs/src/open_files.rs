@@ -16,9 +16,16 @@ use crate::error::{kind, Result};
 use crate::staging::StagedFile;
 use crate::types::{InodeNo, TimestampNs};
 
-/// An open file, as the kernel's file handle names it.
+/// An open file, as the kernel's file handle names it. Never 0: the kernel uses 0 for a
+/// file it opened without asking (`FileHandle::UNOPENED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FileHandle(pub u64);
+
+impl FileHandle {
+    /// The handle the kernel sends for a file it opened without an OPEN request (a
+    /// daemon that answered OPEN with ENOSYS): no handle of this workspace's.
+    pub const UNOPENED: FileHandle = FileHandle(0);
+}
 
 /// How a file is opened.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -387,7 +394,8 @@ impl OpenFiles {
     }
 
     pub(crate) fn add_handle(&self, handle: OpenHandle) -> FileHandle {
-        let id = self.next_handle.fetch_add(1, Ordering::SeqCst);
+        // From 1: 0 is `FileHandle::UNOPENED`.
+        let id = self.next_handle.fetch_add(1, Ordering::SeqCst) + 1;
         lock(&self.handles).insert(id, handle);
         FileHandle(id)
     }

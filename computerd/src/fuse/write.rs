@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use computer_vfs::{FileKind, NewNode, RenameFlags, SetAttr, XattrSet};
 use fuser::{Errno, FileHandle, INodeNo};
 
-use super::{fh, file_attr, ino, Sender, WorkspaceFs, TTL};
-use crate::fuse_reply::{self as answer, errno};
+use super::{fh, file_attr, ino, unopened, Sender, WorkspaceFs, TTL};
+use crate::fuse_reply as answer;
 
 /// `FUSE_WRITE_CACHE`: a write-back from the kernel's page cache.
 const WRITE_CACHE: u32 = 1 << 0;
@@ -96,9 +96,11 @@ impl WorkspaceFs {
         reply: impl answer::Empty,
     ) {
         let _timer = self.timer("unlink");
+        let held = self.hold_before_deletion(parent, name);
         let result = self.as_caller(sender, |who| {
             self.ws.unlink(who, ino(parent), name.as_bytes())
         });
+        self.deleted_holds.settle(&self.ws, held);
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -156,6 +158,9 @@ impl WorkspaceFs {
             no_replace: flags & libc::RENAME_NOREPLACE != 0,
             exchange: flags & libc::RENAME_EXCHANGE != 0,
         };
+        let held = (!flags.exchange)
+            .then(|| self.hold_before_deletion(to.0, to.1))
+            .flatten();
         let result = self.as_caller(sender, |who| {
             self.ws.rename(
                 who,
@@ -166,6 +171,7 @@ impl WorkspaceFs {
                 flags,
             )
         });
+        self.deleted_holds.settle(&self.ws, held);
         reply.answer(result, |reply, ()| reply.ok())
     }
 
@@ -227,13 +233,49 @@ impl WorkspaceFs {
         // A write-back from the kernel's page cache: the kernel keeps mtime itself and
         // sends it with setattr; stamping the arrival time would store a later one.
         let stamp = write_flags & WRITE_CACHE == 0;
-        if write_flags & WRITE_KILL_SUIDGID != 0 {
-            if let Err(err) = self.drop_setid(sender, inode, handle) {
-                return reply.fail(errno(&err));
+        let result = self.with_writer(inode, handle, |handle| {
+            if write_flags & WRITE_KILL_SUIDGID != 0 {
+                self.drop_setid(sender, inode, handle)?;
             }
-        }
-        let result = self.ws.write_with(fh(handle), offset, data, stamp);
+            self.ws.write_with(handle, offset, data, stamp)
+        });
         reply.answer(result, |reply, written| reply.written(written as u32))
+    }
+
+    /// Where files are opened without asking, a handle on the file `name` names, kept
+    /// across its deletion while the kernel may hold it open (`unopened::DeletedHolds`).
+    fn hold_before_deletion(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+    ) -> Option<(computer_vfs::InodeNo, computer_vfs::FileHandle)> {
+        let writable = !self.config.read_only;
+        if !(writable && self.open_skipped.load(Ordering::Relaxed)) {
+            return None;
+        }
+        (self.deleted_holds).before_deletion(&self.ws, ino(parent), name.as_bytes())
+    }
+
+    /// The kernel forgot `inode`: no open file or mapping of it remains.
+    pub(crate) fn serve_forget(&self, inode: INodeNo) {
+        self.deleted_holds.forget(&self.ws, ino(inode));
+    }
+
+    /// Calls `op` with the handle a write goes through: the kernel's, or for a file it
+    /// opened without asking, the writer the daemon holds for the inode (`unopened`).
+    fn with_writer<T>(
+        &self,
+        inode: INodeNo,
+        handle: FileHandle,
+        op: impl FnOnce(computer_vfs::FileHandle) -> computer_vfs::Result<T>,
+    ) -> computer_vfs::Result<T> {
+        if fh(handle) != computer_vfs::FileHandle::UNOPENED {
+            return op(fh(handle));
+        }
+        let writer = self.unopened.writer(&self.ws, ino(inode), || {
+            unopened::open_writer(&self.ws, ino(inode))
+        })?;
+        op(writer.handle)
     }
 
     /// A write by someone without `CAP_FSETID` (the kernel's FUSE_WRITE_KILL_SUIDGID):
@@ -243,10 +285,10 @@ impl WorkspaceFs {
         &self,
         sender: &Sender,
         inode: INodeNo,
-        handle: FileHandle,
+        handle: computer_vfs::FileHandle,
     ) -> computer_vfs::Result<()> {
         let dropped = self.as_caller(sender, |writer| {
-            self.ws.drop_setid_after_write(writer, fh(handle))
+            self.ws.drop_setid_after_write(writer, handle)
         });
         if dropped? {
             if let Some(notifier) = self.notifier.get() {
@@ -307,6 +349,7 @@ impl WorkspaceFs {
     /// `mode` as fallocate(2) takes it: only `FALLOC_FL_KEEP_SIZE` is supported.
     pub(crate) fn serve_fallocate(
         &self,
+        inode: INodeNo,
         handle: FileHandle,
         offset: u64,
         length: u64,
@@ -318,12 +361,16 @@ impl WorkspaceFs {
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return reply.fail(Errno::EOPNOTSUPP);
         }
-        let result = self.ws.allocate(fh(handle), offset, length, keep_size);
+        let result = self.with_writer(inode, handle, |handle| {
+            self.ws.allocate(handle, offset, length, keep_size)
+        });
         reply.answer(result, |reply, ()| reply.ok())
     }
 
     /// Copies up to `len` bytes between two open files; the answer's count is 32 bits,
-    /// so a larger copy is cut to a whole number of pages below 4 GiB.
+    /// so a larger copy is cut to a whole number of pages below 4 GiB. A file opened
+    /// without asking has no handle to copy with: EOPNOTSUPP, after which the kernel
+    /// copies this once through reads and writes (ENOSYS would stop it asking at all).
     pub(crate) fn serve_copy_file_range(
         &self,
         from: (FileHandle, u64),
@@ -333,6 +380,10 @@ impl WorkspaceFs {
     ) {
         let _timer = self.timer("copy_file_range");
         let len = len.min(u32::MAX as u64 & !0xfff);
+        let unopened = computer_vfs::FileHandle::UNOPENED;
+        if fh(from.0) == unopened || fh(to.0) == unopened {
+            return reply.fail(Errno::EOPNOTSUPP);
+        }
         let result = self.ws.copy_range(fh(from.0), from.1, fh(to.0), to.1, len);
         reply.answer(result, |reply, copied| reply.written(copied as u32))
     }

@@ -108,7 +108,9 @@ impl Server {
             }
             Request::Flush { fh } => fs.serve_flush(FileHandle(fh), reply),
             Request::Release { fh } => fs.serve_release(inode, FileHandle(fh), reply),
-            Request::Fsync { fh, datasync } => fs.serve_fsync(FileHandle(fh), datasync, reply),
+            Request::Fsync { fh, datasync } => {
+                fs.serve_fsync(inode, FileHandle(fh), datasync, reply)
+            }
             Request::Opendir => fs.serve_opendir(&sender, inode, reply),
             Request::Readdir { offset, size } => {
                 fs.serve_readdir(&sender, inode, offset, reply.limited(size))
@@ -184,7 +186,7 @@ impl Server {
                 offset,
                 length,
                 mode,
-            } => fs.serve_fallocate(FileHandle(fh), offset, length, mode, reply),
+            } => fs.serve_fallocate(inode, FileHandle(fh), offset, length, mode, reply),
             Request::CopyFileRange {
                 fh_in,
                 off_in,
