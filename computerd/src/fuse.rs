@@ -932,6 +932,9 @@ impl WorkspaceFs {
         let skip_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         self.opendir_skipped.store(skip_opendir, Ordering::Relaxed);
         // Not on a replica: its server's changes reach the store behind the kernel's back.
+        if self.config.cached_opens && self.config.replica {
+            tracing::warn!("--cached-opens is ignored on a replica: every open asks the daemon");
+        }
         let wanted = (self.config.read_only || self.config.cached_opens) && !self.config.replica;
         let skip_open = wanted && offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
         self.open_skipped.store(skip_open, Ordering::Relaxed);

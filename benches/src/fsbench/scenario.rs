@@ -277,7 +277,9 @@ for d in range(100):
 const DROP_CACHES: &str = "sync; echo 3 > /proc/sys/vm/drop_caches";
 
 /// What agents run again and again on trees: each timed command runs once in the
-/// setup first (warm), or after the kernel's caches were dropped (cold).
+/// setup first (warm), or after the kernel's caches were dropped (cold); the grep and
+/// the cat also twice first (third run: a mount that learns from the first reads what
+/// it may cache, such as `--cached-opens`, is measured once it has).
 fn reads(paths: &FixturePaths) -> Vec<Scenario> {
     let grep = "grep -r needle . > /dev/null";
     let find = "find . -type f | wc -l";
@@ -293,19 +295,49 @@ fn reads(paths: &FixturePaths) -> Vec<Scenario> {
         crate::fsbench::exec::shell_quote(&format!("file://{}", paths.git_repo.display()))
     );
     let mut v = Vec::new();
-    // (name, setup, timed command, what the warm variant needs, with a cold variant)
-    for (what, prep, cmd, need, cold) in [
-        ("grep -r 10,000 files", SMALL_TREE, grep, Need::Python, true),
-        ("find 10,000 files", SMALL_TREE, find, Need::Python, true),
-        ("cat 10,000 files", SMALL_TREE, cat, Need::Python, true),
+    // (name, setup, timed command, what the warm variant needs, with a cold variant,
+    // with a third-run variant)
+    for (what, prep, cmd, need, cold, third) in [
+        (
+            "grep -r 10,000 files",
+            SMALL_TREE,
+            grep,
+            Need::Python,
+            true,
+            true,
+        ),
+        (
+            "find 10,000 files",
+            SMALL_TREE,
+            find,
+            Need::Python,
+            true,
+            false,
+        ),
+        (
+            "cat 10,000 files",
+            SMALL_TREE,
+            cat,
+            Need::Python,
+            true,
+            true,
+        ),
         (
             "ls -l 1,000 entries x 10",
             big_dir,
             ls,
             Need::Nothing,
             false,
+            false,
         ),
-        ("git status", clone.as_str(), status, Need::GitRepo, true),
+        (
+            "git status",
+            clone.as_str(),
+            status,
+            Need::GitRepo,
+            true,
+            false,
+        ),
     ] {
         v.push(scenario(
             format!("reads: {what}, warm"),
@@ -313,6 +345,14 @@ fn reads(paths: &FixturePaths) -> Vec<Scenario> {
             cmd,
             need,
         ));
+        if third {
+            v.push(scenario(
+                format!("reads: {what}, third run"),
+                format!("{prep}; {cmd}; {cmd}"),
+                cmd,
+                need,
+            ));
+        }
         if !cold {
             continue;
         }
@@ -369,7 +409,7 @@ mod tests {
         assert!(names.contains(&"write 64 MiB"));
         assert!(names.contains(&"overwrite 64 MiB random"));
         assert!(!names.contains(&"full npm install"));
-        assert_eq!(all.len(), 5 + 12 + 3 + 3 + 9);
+        assert_eq!(all.len(), 5 + 12 + 3 + 3 + 11);
         let ow = all
             .iter()
             .find(|s| s.name == "overwrite 64 MiB random")
