@@ -23,7 +23,7 @@ use computer_vfs::{FileHandle, InodeNo, OpenFlags, Who, Workspace};
 
 /// How long a held writer stays open after its last write: the staging file is ingested
 /// only after it is let go, so a file written in bursts is not read back after each.
-pub(super) const WRITER_QUIET: Duration = Duration::from_secs(1);
+const WRITER_QUIET: Duration = Duration::from_secs(1);
 /// How often the sweeper looks for quiet writers while it holds any.
 const SWEEP_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -80,12 +80,8 @@ impl UnopenedWriters {
         ino: InodeNo,
         open: impl FnOnce() -> computer_vfs::Result<FileHandle>,
     ) -> computer_vfs::Result<WriterUse<'_>> {
-        if let Some(handle) = self.take(ino) {
-            return Ok(WriterUse {
-                writers: self,
-                ino,
-                handle,
-            });
+        if let Some(writer) = self.in_use(ino) {
+            return Ok(writer);
         }
         let opened = open()?;
         let (handle, surplus) = {
@@ -100,18 +96,18 @@ impl UnopenedWriters {
             (held.handle, surplus)
         };
         self.wake.notify_all();
-        if let Some(surplus) = surplus {
-            ws.release(surplus)?;
-        }
-        Ok(WriterUse {
+        // Counted in use above: whatever happens next, the use must be put back.
+        let writer = WriterUse {
             writers: self,
             ino,
             handle,
-        })
+        };
+        release_all(ws, surplus.into_iter().collect());
+        Ok(writer)
     }
 
     /// The writer held for `ino`, if any, counted as in use.
-    pub fn take(&self, ino: InodeNo) -> Option<FileHandle> {
+    fn take(&self, ino: InodeNo) -> Option<FileHandle> {
         let mut state = self.lock();
         let held = state.by_inode.get_mut(&ino)?;
         held.users += 1;
@@ -194,7 +190,7 @@ impl UnopenedWriters {
 fn release_all(ws: &Workspace, handles: Vec<FileHandle>) {
     for handle in handles {
         if let Err(err) = ws.release(handle) {
-            tracing::warn!("failed to commit a file written without an open: {err}");
+            tracing::warn!("failed to release a file handle held for the kernel: {err}");
         }
     }
 }
@@ -275,5 +271,121 @@ impl DeletedHolds {
     pub fn release_every(&self, ws: &Workspace) {
         let handles = self.lock().drain().map(|(_, handle)| handle).collect();
         release_all(ws, handles);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use computer_vfs::{NewNode, Options};
+
+    fn workspace() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ws.db");
+        let options = Options {
+            create: true,
+            staging_dir: Some(crate::mount::staging_dir(&db)),
+            ..Options::default()
+        };
+        let ws = Workspace::open(&db, options).unwrap();
+        (dir, ws)
+    }
+
+    fn new_file(ws: &Workspace, name: &[u8]) -> InodeNo {
+        let flags = OpenFlags::from_libc(libc::O_WRONLY);
+        let (attr, handle) = ws
+            .create(
+                Who::Trusted,
+                InodeNo::ROOT,
+                name,
+                NewNode::new(0o644),
+                flags,
+            )
+            .unwrap();
+        ws.release(handle).unwrap();
+        attr.ino
+    }
+
+    fn contents(ws: &Workspace, ino: InodeNo) -> Vec<u8> {
+        let read_only = OpenFlags::from_libc(libc::O_RDONLY);
+        let opened = ws
+            .open_for_kernel(Who::Trusted, ino, read_only, false)
+            .unwrap();
+        let data = ws.read(opened.handle, 0, 1 << 16).unwrap();
+        ws.release(opened.handle).unwrap();
+        data
+    }
+
+    #[test]
+    fn a_held_writer_serves_every_write_until_it_falls_quiet() {
+        let (_dir, ws) = workspace();
+        let ino = new_file(&ws, b"f");
+        let writers = UnopenedWriters::default();
+        let first = writers.writer(&ws, ino, || open_writer(&ws, ino)).unwrap();
+        let again = writers.writer(&ws, ino, || panic!("opened twice")).unwrap();
+        assert_eq!(first.handle, again.handle);
+        ws.write(first.handle, 0, b"written").unwrap();
+        let handle = first.handle;
+        drop(first);
+        // In use by a request: never let go, however quiet.
+        assert!(writers
+            .quiet_writers(&mut writers.lock(), Duration::ZERO)
+            .is_empty());
+        drop(again);
+        assert!(writers
+            .quiet_writers(&mut writers.lock(), WRITER_QUIET)
+            .is_empty());
+        assert_eq!(
+            writers.quiet_writers(&mut writers.lock(), Duration::ZERO),
+            [handle]
+        );
+        ws.release(handle).unwrap();
+        assert_eq!(contents(&ws, ino), b"written");
+    }
+
+    #[test]
+    fn stopping_releases_every_held_writer() {
+        let (_dir, ws) = workspace();
+        let (a, b) = (new_file(&ws, b"a"), new_file(&ws, b"b"));
+        let writers = Arc::new(UnopenedWriters::default());
+        writers.start_sweeper(ws.clone()).unwrap();
+        for (ino, data) in [(a, b"for a"), (b, b"for b")] {
+            let writer = writers.writer(&ws, ino, || open_writer(&ws, ino)).unwrap();
+            ws.write(writer.handle, 0, data).unwrap();
+        }
+        let handles: Vec<_> = writers.lock().by_inode.values().map(|h| h.handle).collect();
+        writers.stop(&ws);
+        assert!(writers.lock().by_inode.is_empty());
+        for handle in handles {
+            assert!(ws.release(handle).is_err(), "{handle:?} was not released");
+        }
+        assert_eq!(contents(&ws, a), b"for a");
+        assert_eq!(contents(&ws, b), b"for b");
+    }
+
+    #[test]
+    fn a_deleted_file_lives_until_the_kernel_forgets_it() {
+        let (_dir, ws) = workspace();
+        let ino = new_file(&ws, b"f");
+        let linked = new_file(&ws, b"linked");
+        ws.link(Who::Trusted, linked, InodeNo::ROOT, b"second")
+            .unwrap();
+        let holds = DeletedHolds::default();
+        for name in [&b"f"[..], b"linked"] {
+            let taken = holds.before_deletion(&ws, InodeNo::ROOT, name);
+            assert!(taken.is_some());
+            ws.unlink(Who::Trusted, InodeNo::ROOT, name).unwrap();
+            holds.settle(&ws, taken);
+        }
+        // `linked` keeps a name: nothing to hold. `f` is an orphan, kept.
+        assert_eq!(holds.lock().keys().collect::<Vec<_>>(), [&ino]);
+        assert_eq!(ws.getattr(ino).unwrap().nlink, 0);
+        holds.forget(&ws, linked);
+        holds.forget(&ws, ino);
+        assert!(holds.lock().is_empty());
+        assert!(
+            ws.getattr(ino).is_err(),
+            "the orphan outlived its last holder"
+        );
     }
 }
