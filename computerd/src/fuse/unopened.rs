@@ -284,7 +284,7 @@ mod tests {
         let db = dir.path().join("ws.db");
         let options = Options {
             create: true,
-            staging_dir: Some(crate::mount::staging_dir(&db)),
+            staging_dir: Some(dir.path().join("ws.db.staging")),
             ..Options::default()
         };
         let ws = Workspace::open(&db, options).unwrap();
