@@ -74,6 +74,8 @@ pub struct MountConfig {
     /// Let the kernel open files without asking on a writable mount too, and keep their
     /// pages across opens (`fuse::unopened`).
     pub cached_opens: bool,
+    /// The kernel checks permissions too (`default_permissions`, [`permission_option`]).
+    pub kernel_checks_permissions: bool,
 }
 
 /// The filesystem the kernel talks to. A clone shares everything with the original:
@@ -324,11 +326,16 @@ fn fh(fh: FileHandle) -> computer_vfs::FileHandle {
 /// given `nosuid`, which it has anyway, in place of the option. Where files are opened
 /// without asking (`cached_opens`), the kernel checks too: no OPEN reaches the store.
 pub fn permission_option(allow_other: bool, cached_opens: bool) -> MountOption {
-    if allow_other || cached_opens || !nix::unistd::geteuid().is_root() {
+    if kernel_checks_permissions(allow_other, cached_opens) {
         MountOption::DefaultPermissions
     } else {
         MountOption::NoSuid
     }
+}
+
+/// Whether [`permission_option`] has the kernel check permissions.
+pub fn kernel_checks_permissions(allow_other: bool, cached_opens: bool) -> bool {
+    allow_other || cached_opens || !nix::unistd::geteuid().is_root()
 }
 
 /// `fs.protected_hardlinks` (1 where it cannot be read, the common setting).
@@ -630,9 +637,9 @@ impl WorkspaceFs {
         inode: INodeNo,
         read: impl FnOnce(computer_vfs::FileHandle) -> computer_vfs::Result<T>,
     ) -> computer_vfs::Result<T> {
-        // With `--cached-opens` the kernel checked the open (`default_permissions`),
-        // execute-only opens included, which a READ does not tell apart.
-        if self.config.cached_opens {
+        // Where the kernel checks permissions, it checked the open, execute-only opens
+        // included, which a READ does not tell apart.
+        if self.config.kernel_checks_permissions {
             return self.with_unopened_reader(Who::Trusted, inode, read);
         }
         self.as_caller(sender, |who| self.with_unopened_reader(who, inode, read))
@@ -898,6 +905,12 @@ impl WorkspaceFs {
         })
     }
 
+    /// Whether the kernel opens the files of this writable mount without asking, so
+    /// that writes and deletions go through `unopened`'s writers and holds.
+    fn writes_unopened(&self) -> bool {
+        !self.config.read_only && self.open_skipped.load(Ordering::Relaxed)
+    }
+
     /// How writes reach the store, negotiated in INIT: passthrough to staging files
     /// where the kernel offers it, else the writeback cache, else one WRITE per write(2).
     fn choose_write_path(&self, config: &mut KernelConfig, cached_opens: bool) {
@@ -926,8 +939,8 @@ impl WorkspaceFs {
 
     /// Which opens the kernel may do without asking, as INIT told: directories always
     /// (`serve_opendir`), files on a mount of a workspace's owner that is read-only or
-    /// has `cached_opens` (`serve_open`). Returns whether files are opened so.
-    fn skip_opens(&self, config: &KernelConfig) -> bool {
+    /// has `cached_opens` (`serve_open`).
+    fn skip_opens(&self, config: &KernelConfig) {
         let offered = config.capabilities();
         let skip_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         self.opendir_skipped.store(skip_opendir, Ordering::Relaxed);
@@ -938,13 +951,12 @@ impl WorkspaceFs {
         let wanted = (self.config.read_only || self.config.cached_opens) && !self.config.replica;
         let skip_open = wanted && offered.contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
         self.open_skipped.store(skip_open, Ordering::Relaxed);
-        if skip_open && !self.config.read_only {
+        if self.writes_unopened() {
             if let Err(err) = self.unopened.start_sweeper(self.ws.clone()) {
                 tracing::warn!("cannot start the thread that commits written files: {err}");
                 self.open_skipped.store(false, Ordering::Relaxed);
             }
         }
-        self.open_skipped.load(Ordering::Relaxed)
     }
 }
 
@@ -961,7 +973,8 @@ impl Filesystem for WorkspaceFs {
         } else {
             InitFlags::empty()
         };
-        let cached_opens = self.skip_opens(config) && !self.config.read_only;
+        self.skip_opens(config);
+        let cached_opens = self.writes_unopened();
         let wanted = [
             InitFlags::FUSE_DO_READDIRPLUS,
             readdirplus_auto,

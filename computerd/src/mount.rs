@@ -445,6 +445,10 @@ fn mount_config(args: &MountArgs) -> MountConfig {
         readdirplus_auto: args.readdirplus_auto,
         io_uring: args.io_uring,
         cached_opens: args.cached_opens,
+        kernel_checks_permissions: crate::fuse::kernel_checks_permissions(
+            args.allow_other,
+            args.cached_opens,
+        ),
     }
 }
 

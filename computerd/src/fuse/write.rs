@@ -249,8 +249,7 @@ impl WorkspaceFs {
         parent: INodeNo,
         name: &OsStr,
     ) -> Option<(computer_vfs::InodeNo, computer_vfs::FileHandle)> {
-        let writable = !self.config.read_only;
-        if !(writable && self.open_skipped.load(Ordering::Relaxed)) {
+        if !self.writes_unopened() {
             return None;
         }
         (self.deleted_holds).before_deletion(&self.ws, ino(parent), name.as_bytes())
@@ -258,7 +257,9 @@ impl WorkspaceFs {
 
     /// The kernel forgot `inode`: no open file or mapping of it remains.
     pub(crate) fn serve_forget(&self, inode: INodeNo) {
-        self.deleted_holds.forget(&self.ws, ino(inode));
+        if self.writes_unopened() {
+            self.deleted_holds.forget(&self.ws, ino(inode));
+        }
     }
 
     /// Calls `op` with the handle a write goes through: the kernel's, or for a file it
