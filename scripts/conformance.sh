@@ -4,8 +4,8 @@
 #
 #   scripts/conformance.sh [--fsx-ops N] [--fsx-seed S] [--mount-args "ARGS"]
 #
-# --mount-args: extra `computerd mount` arguments, e.g. "--io-uring" for the same suite
-# over FUSE's io_uring transport.
+# --mount-args: extra `computerd mount` arguments, e.g. "--no-io-uring" for the same suite
+# over /dev/fuse instead of FUSE's io_uring transport (the default where offered).
 #
 # Uses target/release/computerd (build it first) or $COMPUTERD.
 set -euo pipefail

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command (README.md): unit, model, crash, FUSE and replica
 # integration tests and the seeded sync simulation sweeps; the store's tests again in a
-# debug build, for the invariants it asserts there; the mount tests again over FUSE's
-# io_uring transport; then the POSIX conformance suite and the random-I/O exerciser
-# against a real mount (over /dev/fuse, then io_uring), then a short seeded run of every
-# fuzz target. Needs root (FUSE mounts, apt-get); first installs what it needs and does not
+# debug build, for the invariants it asserts there; the mount tests again over
+# /dev/fuse (the first run carries requests over FUSE's io_uring transport where the
+# kernel offers it, as a mount does by default); then the POSIX conformance suite and
+# the random-I/O exerciser against a real mount (by default, then over /dev/fuse), then
+# a short seeded run of every fuzz target. Needs root (FUSE mounts, apt-get); first installs what it needs and does not
 # have (scripts/install-test-deps.sh: the capnp compiler, pjdfstest, fsx, cargo-fuzz,
 # ...). Long fuzz/soak/benchmark runs are separate commands (README.md).
 set -euo pipefail
@@ -30,16 +31,17 @@ step cargo test --release --workspace
 # drive every write path and replication.
 step cargo test -p computer-vfs --test model --test peers --test replication --test check
 # Every test that mounts through the shared harness, and the conformance suite, again
-# with the requests carried over FUSE's io_uring transport (`computerd mount --io-uring`).
-step env COMPUTERD_TEST_MOUNT_ARGS=--io-uring cargo test --release -p computerd \
+# with the requests carried over /dev/fuse (`computerd mount --no-io-uring`).
+step env COMPUTERD_TEST_MOUNT_ARGS=--no-io-uring cargo test --release -p computerd \
   --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
   --test mount_permissions --test mount_disk_full --test mount_memory --test mount_readonly \
-  --test replica --test owner --test exec --test js --test mcp --test shell --test mount_cached_opens
+  --test replica --test owner --test exec --test js --test mcp --test shell --test mount_cached_opens \
+  --test mount_transport
 # The tests of what a workspace's files hold and who may reach them, with files opened
-# without asking the daemon (`computerd mount --cached-opens`), over both transports.
+# without asking the daemon (`computerd mount --cached-opens`).
 step env COMPUTERD_TEST_MOUNT_ARGS=--cached-opens cargo test --release -p computerd \
   --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
   --test mount_permissions --test owner
 step scripts/conformance.sh
-step scripts/conformance.sh --mount-args "--io-uring"
+step scripts/conformance.sh --mount-args "--no-io-uring"
 step scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"

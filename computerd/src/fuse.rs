@@ -88,6 +88,8 @@ pub struct WorkspaceFs {
     writeback: Arc<AtomicBool>,
     /// Whether the kernel agreed to passthrough (exclusive with `writeback`).
     passthrough: Arc<AtomicBool>,
+    /// Whether the kernel agreed in INIT to carry requests over io_uring.
+    ring_agreed: Arc<AtomicBool>,
     /// The kernel's registration of each staging file in use ([`backing`]).
     backing: Arc<Mutex<BackingTable>>,
     /// The session's device, which passthrough registrations go through.
@@ -152,6 +154,7 @@ impl WorkspaceFs {
             ws,
             writeback: Arc::default(),
             passthrough: Arc::default(),
+            ring_agreed: Arc::default(),
             backing: Arc::default(),
             device: DeviceSlot::default(),
             stats: config.op_stats.then(Arc::default),
@@ -164,6 +167,12 @@ impl WorkspaceFs {
             unopened: Arc::default(),
             deleted_holds: Arc::default(),
         }
+    }
+
+    /// Whether the kernel agreed in INIT to carry requests over io_uring: the queues
+    /// start only then.
+    pub fn ring_agreed(&self) -> bool {
+        self.ring_agreed.load(Ordering::Relaxed)
     }
 
     /// Who the process behind a request is, for the store's permission checks.
@@ -992,12 +1001,13 @@ impl Filesystem for WorkspaceFs {
                 tracing::info!("kernel does not offer {flag:?}");
             }
         }
-        if self.config.io_uring
-            && config
-                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
-                .is_err()
-        {
-            tracing::warn!("the kernel does not offer FUSE over io_uring here");
+        if self.config.io_uring {
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(()) => self.ring_agreed.store(true, Ordering::Relaxed),
+                Err(_) => tracing::warn!(
+                    "the kernel does not offer FUSE over io_uring here; serving over /dev/fuse"
+                ),
+            }
         }
         // Passthrough and the writeback cache exclude each other (the kernel refuses
         // backing files once writeback is negotiated); passthrough wins where offered.
@@ -1010,6 +1020,7 @@ impl Filesystem for WorkspaceFs {
         tracing::info!(
             writeback = self.writeback.load(Ordering::Relaxed),
             passthrough = self.passthrough.load(Ordering::Relaxed),
+            io_uring = self.ring_agreed(),
             "FUSE session initialised"
         );
         Ok(())

@@ -29,7 +29,7 @@ use computer_sync::{Follower, SyncOutcome};
 use crate::channel::ChannelServer;
 use crate::exec_wire::{self, RuntimesSlot};
 use crate::fuse::{MountConfig, WorkspaceFs};
-use crate::fuse_ring::RingTransport;
+use crate::fuse_ring::{RingPlan, RingTransport};
 use crate::owner::{self, Holder, OwnerLock, Role};
 use crate::poll::RequestPolling;
 use crate::replica::{ControlServer, KernelCache, RemoteArgs};
@@ -76,7 +76,7 @@ pub struct MountArgs {
     /// With --daemon: write the daemon's log here (default: discard).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
-    /// FUSE worker threads (with --io-uring: the workers that serve large reads, at most
+    /// FUSE worker threads (over io_uring: the workers that serve large reads, at most
     /// one fewer than the online CPUs).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -112,14 +112,18 @@ pub struct MountArgs {
     /// the machine has a CPU to spare, which shortens each round trip by about a third.
     #[arg(long)]
     pub no_poll: bool,
-    /// Carry FUSE requests over io_uring instead of /dev/fuse: a queue and a thread per
-    /// CPU, each request served on its caller's CPU, about 13 µs a round trip against
-    /// 20 (docs/benchmarks.md). The queue threads run under SCHED_IDLE in a cpu cgroup
-    /// of their own, which keeps callers on their CPU; where none can be made, callers
-    /// outside the daemon's scheduling group pay more than over /dev/fuse. Turns on the
-    /// kernel's switch for it (root; kernel 6.14 or later). Experimental.
-    #[arg(long)]
+    /// Carry FUSE requests over io_uring even where its queue threads get no cpu cgroup
+    /// of their own: callers outside the daemon's scheduling group then pay more than
+    /// over /dev/fuse. By default requests go over io_uring wherever the kernel offers
+    /// it (6.14 or later; the daemon, as root, turns on the kernel's switch) and such a
+    /// group can be made: a queue and a thread per CPU under SCHED_IDLE, each request
+    /// served on its caller's CPU, about 13 µs a round trip against 20
+    /// (docs/benchmarks.md); else over /dev/fuse.
+    #[arg(long, overrides_with = "no_io_uring")]
     pub io_uring: bool,
+    /// Carry FUSE requests over /dev/fuse, never io_uring.
+    #[arg(long, overrides_with = "io_uring")]
+    pub no_io_uring: bool,
     /// Let the kernel open files without asking the daemon and keep their pages across
     /// opens, as on a read-only mount: a `grep -r` or `cat` of many small files, run
     /// again, costs no round trip per file. In exchange every write(2) reaches the
@@ -305,16 +309,12 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     let config = session_config(args, &db);
     // Kept to ask, after the unmount, whether the workspace had to stop taking changes.
     let watched = ws.clone();
-    let polling = request_polling(args);
-    let fs = WorkspaceFs::new(
-        ws,
-        mount_config(args),
-        polling.clone(),
-        kernel.notifier_slot(),
-    );
-    let ring_fs = args.io_uring.then(|| prepare_ring(&fs));
+    let ring_plan = plan_ring(args);
+    let (fs, polling) = workspace_fs(args, ws, &kernel, ring_plan.is_some());
+    // A clone shares everything with the session's: the queues serve through it.
+    let ring_fs = ring_plan.map(|plan| (plan, fs.clone()));
     let session = start_session(fs, &mountpoint, &config)?;
-    let ring = ring_fs.and_then(|fs| start_ring(fs, &session, args));
+    let ring = ring_fs.and_then(|(plan, fs)| start_ring(plan, fs, &session, args));
     if let Some(polling) = &polling {
         // Every worker reads the session's own descriptor; a duplicate shares its mode.
         let device = session
@@ -388,10 +388,23 @@ fn start_session(
     Ok(session)
 }
 
+/// The filesystem the kernel will talk to, and the poller of its device if any.
+fn workspace_fs(
+    args: &MountArgs,
+    ws: Workspace,
+    kernel: &KernelCache,
+    over_ring: bool,
+) -> (WorkspaceFs, Option<Arc<RequestPolling>>) {
+    let polling = request_polling(args, over_ring);
+    let config = mount_config(args, over_ring);
+    let fs = WorkspaceFs::new(ws, config, polling.clone(), kernel.notifier_slot());
+    (fs, polling)
+}
+
 /// The poller of the FUSE device, unless told not to poll or the requests travel over
 /// io_uring (the device then carries almost nothing).
-fn request_polling(args: &MountArgs) -> Option<Arc<RequestPolling>> {
-    (!args.no_poll && !args.io_uring).then(|| RequestPolling::new(args.threads))
+fn request_polling(args: &MountArgs, over_ring: bool) -> Option<Arc<RequestPolling>> {
+    (!args.no_poll && !over_ring).then(|| RequestPolling::new(args.threads))
 }
 
 /// After the session ended: back to blocking reads, and the ring's queues joined.
@@ -404,27 +417,44 @@ fn stop_transports(polling: Option<&RequestPolling>, ring: Option<RingTransport>
     }
 }
 
-/// Turns on the kernel's switch for FUSE over io_uring before the mount's INIT asks
-/// for it; returns the filesystem the ring's queues serve with (a clone shares all).
-fn prepare_ring(fs: &WorkspaceFs) -> WorkspaceFs {
-    if let Err(err) = crate::fuse_ring::enable_in_kernel() {
-        tracing::warn!("cannot turn on FUSE over io_uring in the kernel: {err}");
+/// Whether requests will travel over io_uring, decided before the mount's INIT asks
+/// for it: never with --no-io-uring; with --io-uring wherever the kernel offers it; by
+/// default only where the queues also get a cpu cgroup of their own, without which
+/// /dev/fuse serves most callers faster.
+fn plan_ring(args: &MountArgs) -> Option<RingPlan> {
+    if args.no_io_uring {
+        return None;
     }
-    fs.clone()
+    match RingPlan::prepare(!args.io_uring) {
+        Ok(plan) => Some(plan),
+        Err(err) if args.io_uring => {
+            tracing::warn!("FUSE over io_uring {err}; serving over /dev/fuse");
+            None
+        }
+        Err(err) => {
+            tracing::info!("serving over /dev/fuse: FUSE over io_uring {err}");
+            None
+        }
+    }
 }
 
-/// Starts the io_uring queues on the session's device, INIT being answered by now. On
-/// failure the mount goes on over /dev/fuse.
+/// Starts the io_uring queues on the session's device, INIT being answered by now, if
+/// the kernel agreed to the ring in it. On failure the mount goes on over /dev/fuse.
 fn start_ring(
+    plan: RingPlan,
     fs: WorkspaceFs,
     session: &fuser::Session<WorkspaceFs>,
     args: &MountArgs,
 ) -> Option<RingTransport> {
+    if !fs.ring_agreed() {
+        // Said in INIT (`fuse.rs`).
+        return None;
+    }
     let owner_only = (!args.allow_other).then(|| nix::unistd::geteuid().as_raw());
     let started = session
         .as_fd()
         .try_clone_to_owned()
-        .and_then(|device| RingTransport::start(fs, device, owner_only, args.threads));
+        .and_then(|device| RingTransport::start(plan, fs, device, owner_only, args.threads));
     match started {
         Ok(ring) => Some(ring),
         Err(err) => {
@@ -435,7 +465,7 @@ fn start_ring(
 }
 
 /// How the filesystem answers requests, as the arguments say.
-fn mount_config(args: &MountArgs) -> MountConfig {
+fn mount_config(args: &MountArgs, over_ring: bool) -> MountConfig {
     MountConfig {
         read_only: args.read_only,
         replica: args.remote.remote.is_some(),
@@ -443,7 +473,7 @@ fn mount_config(args: &MountArgs) -> MountConfig {
         passthrough: !args.no_passthrough,
         op_stats: args.op_stats,
         readdirplus_auto: args.readdirplus_auto,
-        io_uring: args.io_uring,
+        io_uring: over_ring,
         cached_opens: args.cached_opens,
         kernel_checks_permissions: crate::fuse::kernel_checks_permissions(
             args.allow_other,

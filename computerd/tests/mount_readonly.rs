@@ -20,6 +20,12 @@ fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
+    if common::extra_mount_args()
+        .iter()
+        .any(|arg| arg == "--no-io-uring")
+    {
+        return; // the pass over /dev/fuse: the run's own arguments win
+    }
     // What a killed daemon leaves: its empty group, named after a pid now unused.
     let orphan = own_cpu_cgroup(std::process::id() as i32).map(|own| {
         let mut gone = std::process::Command::new("true").spawn().unwrap();

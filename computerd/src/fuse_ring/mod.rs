@@ -75,13 +75,56 @@ const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// Turns on the kernel's switch for FUSE over io_uring (off by default; it governs
 /// only connections that ask for it in INIT). Must happen before the mount's INIT.
-pub fn enable_in_kernel() -> std::io::Result<()> {
-    let now = std::fs::read_to_string(ENABLE_URING)?;
+fn enable_in_kernel() -> std::io::Result<()> {
+    let now = std::fs::read_to_string(ENABLE_URING).map_err(|err| {
+        std::io::Error::new(
+            err.kind(),
+            format!("not in this kernel ({ENABLE_URING}: {err})"),
+        )
+    })?;
     if now.trim() != "Y" {
-        std::fs::write(ENABLE_URING, "Y")?;
+        std::fs::write(ENABLE_URING, "Y").map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot turn it on ({ENABLE_URING}: {err})"),
+            )
+        })?;
         tracing::info!("turned on FUSE over io_uring in the kernel ({ENABLE_URING})");
     }
     Ok(())
+}
+
+/// What the ring needs before the mount's INIT asks for it: the kernel's switch on, and
+/// the cpu cgroup its queues will run in ([`placement`]).
+pub struct RingPlan {
+    group: Option<Arc<RingGroup>>,
+}
+
+impl RingPlan {
+    /// Turns on the kernel's switch and makes the queues' group. An error says why the
+    /// mount should not ask for the ring: a kernel without it, a switch this process may
+    /// not turn on, or, with `placed_only`, no cpu cgroup for the queues (without one,
+    /// a caller outside the daemon's scheduling group changes CPUs on each request and
+    /// pays more than over `/dev/fuse`).
+    pub fn prepare(placed_only: bool) -> std::io::Result<RingPlan> {
+        enable_in_kernel()?;
+        match RingGroup::create() {
+            Ok(group) => Ok(RingPlan {
+                group: Some(Arc::new(group)),
+            }),
+            Err(err) if placed_only => Err(std::io::Error::new(
+                err.kind(),
+                format!("has no cpu cgroup for its queues here ({err})"),
+            )),
+            Err(err) => {
+                tracing::warn!(
+                    "FUSE over io_uring without a cpu cgroup of its own ({err}): callers \
+                     outside the daemon's scheduling group change CPUs on each request"
+                );
+                Ok(RingPlan { group: None })
+            }
+        }
+    }
 }
 
 /// The running queues.
@@ -96,12 +139,12 @@ pub struct RingTransport {
 
 impl RingTransport {
     /// Starts a queue per possible CPU on `device`, the session's `/dev/fuse`
-    /// descriptor (a duplicate), once INIT is answered, and `read_workers` workers for
-    /// large reads ([`offload`]; as many as `/dev/fuse` would have, within
-    /// [`worker_count`]'s bound). `owner_only`: the
-    /// uid allowed when the mount is not shared with other users (fuser's check, kept
-    /// here).
+    /// descriptor (a duplicate), once INIT is answered, in the group `plan` made, and
+    /// `read_workers` workers for large reads ([`offload`]; as many as `/dev/fuse` would
+    /// have, within [`worker_count`]'s bound). `owner_only`: the uid allowed when the
+    /// mount is not shared with other users (fuser's check, kept here).
     pub fn start(
+        plan: RingPlan,
         fs: WorkspaceFs,
         device: OwnedFd,
         owner_only: Option<u32>,
@@ -120,7 +163,7 @@ impl RingTransport {
             cpus,
             entries,
         )?;
-        let group = ring_group();
+        let group = plan.group;
         let mut queues = Vec::with_capacity(cpus);
         for ((qid, inbox), depth) in inboxes.into_iter().enumerate().zip(depths) {
             let stop = eventfd(0)?;
@@ -170,21 +213,6 @@ impl RingTransport {
             "FUSE requests served over io_uring, per CPU: {served:?}; large reads served \
              by the read workers: {large_reads}"
         );
-    }
-}
-
-/// The cpu cgroup that keeps callers on their CPU, or `None` (logged) where the host
-/// offers none.
-fn ring_group() -> Option<Arc<RingGroup>> {
-    match RingGroup::create() {
-        Ok(group) => Some(Arc::new(group)),
-        Err(err) => {
-            tracing::warn!(
-                "FUSE over io_uring without a cpu cgroup of its own ({err}): callers \
-                 outside the daemon's scheduling group change CPUs on each request"
-            );
-            None
-        }
     }
 }
 

@@ -24,7 +24,7 @@ const DAEMON_EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Log filter of the daemons started by the tests.
 const DAEMON_LOG: &str = "info,fuser=error";
 /// Extra `computerd mount` arguments for every mount of a run, split at whitespace: the
-/// same tests over another configuration (`COMPUTERD_TEST_MOUNT_ARGS=--io-uring`, as
+/// same tests over another configuration (`COMPUTERD_TEST_MOUNT_ARGS=--no-io-uring`, as
 /// scripts/test.sh runs them).
 const EXTRA_MOUNT_ARGS_ENV: &str = "COMPUTERD_TEST_MOUNT_ARGS";
 
