@@ -163,7 +163,7 @@ def main():
     parser.add_argument("--computerd", default="target/release/computerd")
     parser.add_argument("--markdown", help="also write the table to this file")
     parser.add_argument("--mount-args", default="",
-                        help="options for every mount, e.g. --io-uring")
+                        help="options for every mount, e.g. --no-io-uring")
     args = parser.parse_args()
     args.computerd = os.path.abspath(args.computerd)
     steps = ["create", "list warm", "list cold", "read warm", "read cold", "stat warm"]

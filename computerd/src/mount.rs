@@ -116,9 +116,10 @@ pub struct MountArgs {
     /// of their own: callers outside the daemon's scheduling group then pay more than
     /// over /dev/fuse. By default requests go over io_uring wherever the kernel offers
     /// it (6.14 or later; the daemon, as root, turns on the kernel's switch) and such a
-    /// group can be made: a queue and a thread per CPU under SCHED_IDLE, each request
-    /// served on its caller's CPU, about 13 µs a round trip against 20
-    /// (docs/benchmarks.md); else over /dev/fuse.
+    /// group can be made in a cgroup v1 cpu hierarchy (on cgroup v2, untested, only with
+    /// this option): a queue and a thread per CPU under SCHED_IDLE, each request served
+    /// on its caller's CPU, about 13 µs a round trip against 20 (docs/benchmarks.md);
+    /// else over /dev/fuse.
     #[arg(long, overrides_with = "no_io_uring")]
     pub io_uring: bool,
     /// Carry FUSE requests over /dev/fuse, never io_uring.

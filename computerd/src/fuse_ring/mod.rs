@@ -103,12 +103,12 @@ pub struct RingPlan {
 impl RingPlan {
     /// Turns on the kernel's switch and makes the queues' group. An error says why the
     /// mount should not ask for the ring: a kernel without it, a switch this process may
-    /// not turn on, or, with `placed_only`, no cpu cgroup for the queues (without one,
-    /// a caller outside the daemon's scheduling group changes CPUs on each request and
-    /// pays more than over `/dev/fuse`).
+    /// not turn on, or, with `placed_only`, no cpu cgroup for the queues made the
+    /// measured way (without one, a caller outside the daemon's scheduling group
+    /// changes CPUs on each request and pays more than over `/dev/fuse`).
     pub fn prepare(placed_only: bool) -> std::io::Result<RingPlan> {
         enable_in_kernel()?;
-        match RingGroup::create() {
+        match RingGroup::create(!placed_only) {
             Ok(group) => Ok(RingPlan {
                 group: Some(Arc::new(group)),
             }),
