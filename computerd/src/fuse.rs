@@ -1030,8 +1030,13 @@ impl Filesystem for WorkspaceFs {
         self.unopened.stop(&self.ws);
         self.deleted_holds.release_every(&self.ws);
         if let Some(report) = self.op_stats_report() {
-            tracing::info!("FUSE requests served:\n{report}");
-            eprintln!("FUSE requests served:\n{report}");
+            // Asked for, so said even where the log filter hides information (once:
+            // a daemon's stderr is its log file too).
+            if tracing::enabled!(tracing::Level::INFO) {
+                tracing::info!("FUSE requests served:\n{report}");
+            } else {
+                eprintln!("FUSE requests served:\n{report}");
+            }
         }
         if !self.config.read_only {
             if let Err(err) = self.ws.checkpoint() {
