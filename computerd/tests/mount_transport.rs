@@ -59,13 +59,35 @@ fn default_mount_goes_over_io_uring_unless_it_says_why_not() {
 
 /// Where the daemon cannot make a cpu cgroup for the queue threads (here: the hierarchy
 /// mounted read-only in a mount namespace of the test's own), a default mount serves over
-/// `/dev/fuse`, where such a daemon's callers fare better, and says why.
+/// `/dev/fuse`, where such a daemon's callers fare better, and says why; `--io-uring`
+/// uses the ring all the same, and warns.
 #[test]
 fn default_mount_without_a_cpu_cgroup_serves_over_dev_fuse() {
     if !Path::new(ENABLE_URING).exists() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
+    let log = mount_without_a_cpu_cgroup("");
+    assert!(log.contains(FELL_BACK), "no word of /dev/fuse:\n{log}");
+    assert!(
+        log.contains("io_uring=false") && common::ring_counts(&log).is_none(),
+        "served over io_uring after all:\n{log}"
+    );
+
+    let log = mount_without_a_cpu_cgroup("--io-uring");
+    assert!(
+        log.contains("without a cpu cgroup of its own"),
+        "no warning of the missing group:\n{log}"
+    );
+    assert!(
+        log.contains("io_uring=true") && common::ring_counts(&log).is_some(),
+        "--io-uring did not serve over io_uring:\n{log}"
+    );
+}
+
+/// Mounts a new workspace with `args` in a mount namespace whose cgroup hierarchy is
+/// read-only, writes and reads a file through it, unmounts, and returns the daemon's log.
+fn mount_without_a_cpu_cgroup(args: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let hierarchy = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "/sys/fs/cgroup"
@@ -81,7 +103,7 @@ mount --bind {hierarchy} {hierarchy}
 mount -o remount,bind,ro {hierarchy}
 trap 'umount mnt 2>/dev/null || true' EXIT
 mkdir -p mnt
-"{BIN}" mount --daemon -q --log info --log-file daemon.log ws.db mnt > daemon.pid
+"{BIN}" mount --daemon -q --log info --log-file daemon.log {args} ws.db mnt > daemon.pid
 printf 'hello\n' > mnt/f
 cat mnt/f
 "#
@@ -97,17 +119,12 @@ cat mnt/f
             common::Exited::Unknown => false,
             common::Exited::TimedOut => true,
         };
-        assert!(!failed, "the daemon in the namespace: {exited:?}");
+        assert!(!failed, "the daemon in the namespace ({args}): {exited:?}");
     }
     assert!(
         out.status.success() && out.stdout == b"hello\n",
-        "{}",
+        "{args}: {}",
         common::describe_failure("inner.sh", Some(dir.path()), &out)
     );
-    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
-    assert!(log.contains(FELL_BACK), "no word of /dev/fuse:\n{log}");
-    assert!(
-        log.contains("io_uring=false") && common::ring_counts(&log).is_none(),
-        "served over io_uring after all:\n{log}"
-    );
+    std::fs::read_to_string(dir.path().join("daemon.log")).unwrap()
 }
