@@ -340,7 +340,11 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     }
     made.keep();
     if let Some(owner) = &mut owner {
-        owner.serving()?;
+        owner.serving(Some(if ring.is_some() {
+            "io_uring"
+        } else {
+            "/dev/fuse"
+        }))?;
     }
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     if let Some(mut pipe) = ready.take() {

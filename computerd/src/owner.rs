@@ -114,6 +114,8 @@ pub struct Holder {
     pub role: Role,
     pub phase: Phase,
     pub channel: Option<Channel>,
+    /// A mount's transport once it serves: `io_uring` or `/dev/fuse`.
+    pub transport: Option<String>,
 }
 
 impl Holder {
@@ -124,6 +126,7 @@ impl Holder {
             role,
             phase: Phase::Starting,
             channel: None,
+            transport: None,
         }
     }
 
@@ -142,6 +145,9 @@ impl Holder {
                 channel.socket.display(),
                 channel.token
             );
+        }
+        if let Some(transport) = &self.transport {
+            out += &format!("transport={transport}\n");
         }
         out
     }
@@ -177,6 +183,7 @@ impl Holder {
             role,
             phase,
             channel,
+            transport: field("transport").map(str::to_owned),
         })
     }
 
@@ -366,10 +373,12 @@ impl OwnerLock {
         Ok(())
     }
 
-    /// Says this owner serves now (a mount: the kernel answers at its mount point).
-    pub fn serving(&mut self) -> anyhow::Result<()> {
+    /// Says this owner serves now (a mount: the kernel answers at its mount point,
+    /// its requests carried over `transport`).
+    pub fn serving(&mut self, transport: Option<&str>) -> anyhow::Result<()> {
         let mut holder = self.holder.clone();
         holder.phase = Phase::Serving;
+        holder.transport = transport.map(str::to_owned);
         self.publish(holder)
     }
 
@@ -469,6 +478,8 @@ mod tests {
             socket: PathBuf::from("/tmp/ws.db.owner.sock"),
             token: "ab12".into(),
         });
+        assert_eq!(Holder::parse(&holder.render()), Some(holder.clone()));
+        holder.transport = Some("/dev/fuse".into());
         assert_eq!(Holder::parse(&holder.render()), Some(holder.clone()));
         let serve = Holder::me(Role::Serve {
             address: "tcp:127.0.0.1:7000".into(),

@@ -77,7 +77,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runner = exec_wire::runner_maker(runtimes.clone(), ws.clone());
     let (channel, offer) = ChannelServer::start(&args.db, ws.clone(), None, Some(runner.clone()))?;
     owner.offer(offer)?;
-    owner.serving()?;
+    owner.serving(None)?;
     let serve_options = ServeOptions {
         connections_max: args.connections_max,
         files: Some(FileStreams::default()),

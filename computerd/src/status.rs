@@ -1,6 +1,6 @@
 //! `computerd status [--json]`: the mounts and servers running on this machine (as the
 //! runtime directory of `registry.rs` lists them), each with its database, where it
-//! answers, its pid and phase, the database's revision and files waiting for
+//! answers, its pid and phase, a mount's transport (io_uring or /dev/fuse), the database's revision and files waiting for
 //! ingestion, and for a replica mount the state of its sync loop.
 
 use std::path::{Path, PathBuf};
@@ -100,9 +100,17 @@ fn table(running: &[Running]) -> String {
         return "no computerd mounts or servers running\n".to_owned();
     }
     let header = [
-        "PID", "ROLE", "DATABASE", "AT", "PHASE", "REVISION", "STAGED", "SYNC",
+        "PID",
+        "ROLE",
+        "DATABASE",
+        "AT",
+        "PHASE",
+        "TRANSPORT",
+        "REVISION",
+        "STAGED",
+        "SYNC",
     ];
-    let rows: Vec<[String; 8]> = running
+    let rows: Vec<[String; 9]> = running
         .iter()
         .map(|r| {
             let (revision, staged) = match r.store {
@@ -115,6 +123,7 @@ fn table(running: &[Running]) -> String {
                 r.db.display().to_string(),
                 r.holder.role.at(),
                 r.holder.phase.name().into(),
+                r.holder.transport.clone().unwrap_or_else(|| "-".into()),
                 revision,
                 staged,
                 r.sync.as_ref().map_or("-".into(), sync_summary),
@@ -178,12 +187,17 @@ fn json(running: &[Running]) -> String {
             });
             format!(
                 "{{\"pid\":{},\"role\":\"{}\",\"database\":{},\"at\":{},\"phase\":\"{}\",\
-                 \"revision\":{revision},\"staged_files\":{staged},\"sync\":{sync}}}",
+                 \"transport\":{},\"revision\":{revision},\"staged_files\":{staged},\
+                 \"sync\":{sync}}}",
                 r.holder.pid,
                 r.holder.role.name(),
                 json_string(&r.db.display().to_string()),
                 json_string(&r.holder.role.at()),
                 r.holder.phase.name(),
+                r.holder
+                    .transport
+                    .as_deref()
+                    .map_or("null".into(), json_string),
             )
         })
         .collect();

@@ -337,13 +337,23 @@ fn status_lists_mounts_and_servers_and_forgets_them_when_they_end() {
         assert!(mount.contains(&field), "{field} in {mount}");
     }
     assert!(!mount.contains("\"revision\": null"), "{mount}");
+    let over_dev = common::extra_mount_args()
+        .iter()
+        .any(|arg| arg == "--no-io-uring");
+    assert!(
+        mount.contains("\"transport\": \"/dev/fuse\"")
+            || (!over_dev && mount.contains("\"transport\": \"io_uring\"")),
+        "{mount}"
+    );
 
     let server = common::Server::start();
     let replica = Mount::replica(&server, &[]);
     replica.sh("echo x > x");
     let listed = status_of(&server.db);
     assert!(
-        listed.len() == 1 && listed[0].contains("\"role\": \"serve\""),
+        listed.len() == 1
+            && listed[0].contains("\"role\": \"serve\"")
+            && listed[0].contains("\"transport\": null"),
         "{listed:?}"
     );
     let listed = status_of(&replica.db);
