@@ -40,6 +40,11 @@ const READY_FD_ENV: &str = "COMPUTERD_READY_FD";
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 /// How long `--daemon` and the readiness check wait for the mount to answer.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the serving thread looks at the session and the mount table unwoken.
+const UNMOUNT_POLL: Duration = Duration::from_millis(250);
+/// The signal that wakes the serving thread to look again: sent when the FUSE session
+/// ends and when the mount table changes.
+const LOOK_AGAIN: i32 = libc::SIGUSR1;
 /// How long a replica waits for its first sync before it mounts the cache as it is.
 const INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -340,11 +345,7 @@ fn mount_and_wait(args: &MountArgs, ready: &mut Option<std::fs::File>) -> anyhow
     }
     made.keep();
     if let Some(owner) = &mut owner {
-        owner.serving(Some(if ring.is_some() {
-            "io_uring"
-        } else {
-            "/dev/fuse"
-        }))?;
+        owner.serving(Some(RingTransport::name(ring.as_ref())))?;
     }
     tracing::info!(mountpoint = %mountpoint.display(), "mounted");
     if let Some(mut pipe) = ready.take() {
@@ -403,6 +404,7 @@ fn workspace_fs(
     let polling = request_polling(args, over_ring);
     let config = mount_config(args, over_ring);
     let fs = WorkspaceFs::new(ws, config, polling.clone(), kernel.notifier_slot());
+    wake_when_session_ends(&fs);
     (fs, polling)
 }
 
@@ -532,11 +534,15 @@ fn serve_until_unmounted(
     mountpoint: &Path,
 ) -> anyhow::Result<()> {
     let mounted_at = resolved(mountpoint);
+    wake_when_mounts_change();
     loop {
-        if let Some(signal) = wait_signal(signals, Duration::from_millis(250)) {
-            tracing::info!("received signal {signal}, unmounting");
-            close_runtimes(runtimes);
-            return background.umount_and_join().context("unmounting");
+        match wait_signal(signals, UNMOUNT_POLL) {
+            Some(LOOK_AGAIN) | None => {}
+            Some(signal) => {
+                tracing::info!("received signal {signal}, unmounting");
+                close_runtimes(runtimes);
+                return background.umount_and_join().context("unmounting");
+            }
         }
         if background.guard.is_finished() || !crate::mounts::is_mount_point(&mounted_at) {
             tracing::info!("unmounted from outside");
@@ -689,13 +695,64 @@ fn start_replica(
     Ok(ReplicaMount { follower })
 }
 
+/// The signals the serving thread waits for: the three that ask for the unmount, and
+/// [`LOOK_AGAIN`].
 fn termination_signals() -> nix::sys::signal::SigSet {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGHUP);
+    set.add(Signal::SIGUSR1);
     set
+}
+
+/// Wakes the serving thread (this one, as it is when called) once the FUSE session
+/// has ended, so that an unmount from outside is noticed at once, not at the next look.
+fn wake_when_session_ends(fs: &WorkspaceFs) {
+    // SAFETY: pthread_self has no preconditions.
+    let serving = unsafe { libc::pthread_self() };
+    fs.on_session_end(move || {
+        // SAFETY: the serving thread outlives the session, which it joins.
+        unsafe { libc::pthread_kill(serving, LOOK_AGAIN) };
+    });
+}
+
+/// Wakes the serving thread (this one) whenever this namespace's mount table changes,
+/// which the kernel tells a poll of `/proc/self/mountinfo` with POLLPRI: an unmount
+/// from outside that ends no session (a sandbox's view of the mount keeps it alive) is
+/// then noticed at once too. The watching thread lives until the process exits.
+fn wake_when_mounts_change() {
+    // SAFETY: pthread_self has no preconditions.
+    let serving = unsafe { libc::pthread_self() };
+    let table = match std::fs::File::open("/proc/self/mountinfo") {
+        Ok(table) => table,
+        Err(err) => return tracing::debug!("not watching the mount table: {err}"),
+    };
+    let watch = move || loop {
+        let mut ready = libc::pollfd {
+            fd: table.as_raw_fd(),
+            events: libc::POLLPRI,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; each poll re-arms the table's change event.
+        let rc = unsafe { libc::poll(&mut ready, 1, -1) };
+        let failed =
+            rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted;
+        if failed || ready.revents & libc::POLLNVAL != 0 {
+            return;
+        }
+        if rc > 0 {
+            // SAFETY: the serving thread is the process's; it ends with the process.
+            unsafe { libc::pthread_kill(serving, LOOK_AGAIN) };
+        }
+    };
+    if let Err(err) = std::thread::Builder::new()
+        .name("mount-watch".into())
+        .spawn(watch)
+    {
+        tracing::debug!("not watching the mount table: {err}");
+    }
 }
 
 fn wait_signal(set: &nix::sys::signal::SigSet, timeout: Duration) -> Option<i32> {

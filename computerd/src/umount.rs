@@ -25,8 +25,10 @@ pub struct UmountArgs {
     mountpoints: Vec<PathBuf>,
 }
 
-/// How often the wait looks at the owner lock again.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How often the wait looks at the owner lock again: a daemon lets go a few
+/// milliseconds after the unmount, and a look (an open and a non-blocking flock) costs
+/// microseconds.
+const POLL_INTERVAL: Duration = Duration::from_millis(2);
 
 pub fn run(args: UmountArgs) -> anyhow::Result<ExitCode> {
     let mut failed = false;

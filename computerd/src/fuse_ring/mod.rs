@@ -191,6 +191,15 @@ impl RingTransport {
         })
     }
 
+    /// The name of a mount's transport, as `computerd status` shows it: this one
+    /// where it runs, else `/dev/fuse`.
+    pub fn name(ring: Option<&RingTransport>) -> &'static str {
+        match ring {
+            Some(_) => "io_uring",
+            None => "/dev/fuse",
+        }
+    }
+
     /// Stops every queue and waits for it (they end by themselves at unmount).
     pub fn stop(self) {
         for (_, stop) in &self.queues {
