@@ -16,6 +16,7 @@ its sandbox) is timed once, and `--remote --replica` (a replica mounted here for
 command) a few times.
 
     python3 benches/exec.py [--reps 20] [--work DIR] [--computerd target/release/computerd]
+                            [--mount-args "--no-io-uring"]
 
 Needs root and bubblewrap. Prints a markdown table of medians (and minimums), ms.
 """
@@ -109,13 +110,16 @@ def main():
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--work", default="/tmp/computer-execbench")
     parser.add_argument("--computerd", default="target/release/computerd")
+    parser.add_argument("--mount-args", default="",
+                        help="options for the warm mount, e.g. --no-io-uring")
     args = parser.parse_args()
     computerd = os.path.abspath(args.computerd)
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     db, mnt = os.path.join(args.work, "ws.db"), os.path.join(args.work, "mnt")
     subprocess.run([computerd, "init", db], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([computerd, "mount", db, mnt, "--daemon"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([computerd, "mount", db, mnt, "--daemon", *args.mount_args.split()],
+                   check=True, stdout=subprocess.DEVNULL)
     try:
         subprocess.run(["sh", "-c", SETUP], cwd=mnt, check=True)
         shutil.copytree(mnt, os.path.join(args.work, "host"), symlinks=True)
