@@ -353,7 +353,6 @@ impl Queue {
 
     fn serve(&self) -> std::io::Result<()> {
         pin_to_cpu(self.qid);
-        self.keep_callers_cpu();
         // Boxed: an entry handed to a worker moves, its buffers and iovecs do not.
         // Declared before the ring, so dropped after it: the kernel may write into an
         // entry registered with the ring until the ring is gone.
@@ -367,6 +366,11 @@ impl Queue {
         }
         push(&mut ring, poll(self.stop, STOP_TOKEN))?;
         push(&mut ring, poll(self.inbox.wake.as_raw_fd(), INBOX_TOKEN))?;
+        // Registered under the normal policy: until every queue has registered, the
+        // kernel holds every request of the mount, and a queue thread already under
+        // `SCHED_IDLE` on a busy CPU took tens of milliseconds to get there.
+        ring.submit()?;
+        self.keep_callers_cpu();
         let started = Instant::now();
         let mut answer = Answer::default();
         let mut live = entries.len();
