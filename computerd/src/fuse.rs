@@ -112,8 +112,6 @@ pub struct WorkspaceFs {
     unopened: Arc<UnopenedWriters>,
     /// Files deleted while such a kernel may hold them open ([`unopened`]).
     deleted_holds: Arc<DeletedHolds>,
-    /// Called once the session has ended (`destroy`), from its thread.
-    session_end: Arc<OnceLock<Box<dyn Fn() + Send + Sync>>>,
 }
 
 /// Per-operation request counts and time spent, reported at unmount with `--op-stats`.
@@ -168,14 +166,7 @@ impl WorkspaceFs {
             open_skipped: Arc::default(),
             unopened: Arc::default(),
             deleted_holds: Arc::default(),
-            session_end: Arc::default(),
         }
-    }
-
-    /// Has `tell` called once the session has ended and the workspace is flushed (the
-    /// first one set stays).
-    pub fn on_session_end(&self, tell: impl Fn() + Send + Sync + 'static) {
-        let _ = self.session_end.set(Box::new(tell));
     }
 
     /// Whether the kernel agreed in INIT to carry requests over io_uring: the queues
@@ -1051,9 +1042,6 @@ impl Filesystem for WorkspaceFs {
             if let Err(err) = self.ws.checkpoint() {
                 tracing::error!("failed to flush the workspace at unmount: {err}");
             }
-        }
-        if let Some(tell) = self.session_end.get() {
-            tell();
         }
     }
 

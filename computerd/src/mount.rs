@@ -42,9 +42,9 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the serving thread looks at the session and the mount table unwoken.
 const UNMOUNT_POLL: Duration = Duration::from_millis(250);
-/// The signal that wakes the serving thread to look again: sent when the FUSE session
-/// ends and when the mount table changes.
-const LOOK_AGAIN: i32 = libc::SIGUSR1;
+/// The signal that wakes the serving thread to look again, sent when the mount table
+/// changes.
+const LOOK_AGAIN: nix::sys::signal::Signal = nix::sys::signal::Signal::SIGUSR1;
 /// How long a replica waits for its first sync before it mounts the cache as it is.
 const INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -404,7 +404,6 @@ fn workspace_fs(
     let polling = request_polling(args, over_ring);
     let config = mount_config(args, over_ring);
     let fs = WorkspaceFs::new(ws, config, polling.clone(), kernel.notifier_slot());
-    wake_when_session_ends(&fs);
     (fs, polling)
 }
 
@@ -536,13 +535,12 @@ fn serve_until_unmounted(
     let mounted_at = resolved(mountpoint);
     wake_when_mounts_change();
     loop {
-        match wait_signal(signals, UNMOUNT_POLL) {
-            Some(LOOK_AGAIN) | None => {}
-            Some(signal) => {
-                tracing::info!("received signal {signal}, unmounting");
-                close_runtimes(runtimes);
-                return background.umount_and_join().context("unmounting");
-            }
+        // Else woken by LOOK_AGAIN, or by none within UNMOUNT_POLL: look.
+        let asked = wait_signal(signals, UNMOUNT_POLL).filter(|&s| s != LOOK_AGAIN as i32);
+        if let Some(signal) = asked {
+            tracing::info!("received signal {signal}, unmounting");
+            close_runtimes(runtimes);
+            return background.umount_and_join().context("unmounting");
         }
         if background.guard.is_finished() || !crate::mounts::is_mount_point(&mounted_at) {
             tracing::info!("unmounted from outside");
@@ -703,25 +701,14 @@ fn termination_signals() -> nix::sys::signal::SigSet {
     set.add(Signal::SIGINT);
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGHUP);
-    set.add(Signal::SIGUSR1);
+    set.add(LOOK_AGAIN);
     set
-}
-
-/// Wakes the serving thread (this one, as it is when called) once the FUSE session
-/// has ended, so that an unmount from outside is noticed at once, not at the next look.
-fn wake_when_session_ends(fs: &WorkspaceFs) {
-    // SAFETY: pthread_self has no preconditions.
-    let serving = unsafe { libc::pthread_self() };
-    fs.on_session_end(move || {
-        // SAFETY: the serving thread outlives the session, which it joins.
-        unsafe { libc::pthread_kill(serving, LOOK_AGAIN) };
-    });
 }
 
 /// Wakes the serving thread (this one) whenever this namespace's mount table changes,
 /// which the kernel tells a poll of `/proc/self/mountinfo` with POLLPRI: an unmount
-/// from outside that ends no session (a sandbox's view of the mount keeps it alive) is
-/// then noticed at once too. The watching thread lives until the process exits.
+/// from outside is noticed at once, also when it ends no session (a sandbox's view of
+/// the mount keeps it alive). The watching thread lives until the process exits.
 fn wake_when_mounts_change() {
     // SAFETY: pthread_self has no preconditions.
     let serving = unsafe { libc::pthread_self() };
@@ -744,7 +731,7 @@ fn wake_when_mounts_change() {
         }
         if rc > 0 {
             // SAFETY: the serving thread is the process's; it ends with the process.
-            unsafe { libc::pthread_kill(serving, LOOK_AGAIN) };
+            unsafe { libc::pthread_kill(serving, LOOK_AGAIN as i32) };
         }
     };
     if let Err(err) = std::thread::Builder::new()
