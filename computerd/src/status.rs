@@ -1,7 +1,8 @@
 //! `computerd status [--json]`: the mounts and servers running on this machine (as the
 //! runtime directory of `registry.rs` lists them), each with its database, where it
-//! answers, its pid and phase, a mount's transport (io_uring or /dev/fuse), the database's revision and files waiting for
-//! ingestion, and for a replica mount the state of its sync loop.
+//! answers, its pid and phase, a mount's transport (io_uring or /dev/fuse), the
+//! database's revision and files waiting for ingestion, and for a replica mount the
+//! state of its sync loop.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
