@@ -626,10 +626,7 @@ fn polls_the_device_only_while_requests_come() {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         return; // one CPU: the daemon never polls
     }
-    if common::extra_mount_args()
-        .iter()
-        .any(|arg| arg == "--io-uring")
-    {
+    if common::mounts_with("--io-uring") {
         return; // the device carries almost nothing: it is never polled
     }
     // Over /dev/fuse: over io_uring (the default where offered) the device is idle.

@@ -62,9 +62,7 @@ fn a_mount_only_root_reaches_is_checked_by_the_daemon() {
     let m = Mount::new();
     let options = mount_options(&m);
     // Unless no open reaches the daemon: then the kernel checks too.
-    let kernel_checks = common::extra_mount_args()
-        .iter()
-        .any(|a| a == "--cached-opens");
+    let kernel_checks = common::mounts_with("--cached-opens");
     assert_eq!(
         options.split(',').any(|o| o == "default_permissions"),
         kernel_checks,

@@ -16,14 +16,11 @@ fn read_only_mount_reads_and_refuses_writes() {
 /// travel over the ring's queues (the daemon says how many each served at unmount).
 #[test]
 fn read_only_mount_over_io_uring_reads_and_refuses_writes() {
-    if !Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+    if !common::kernel_has_fuse_io_uring() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
-    if common::extra_mount_args()
-        .iter()
-        .any(|arg| arg == "--no-io-uring")
-    {
+    if common::mounts_with("--no-io-uring") {
         return; // the pass over /dev/fuse: the run's own arguments win
     }
     // What a killed daemon leaves: its empty group, named after a pid now unused.

@@ -5,14 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::{Mount, BIN};
 
-/// The kernel's switch for FUSE over io_uring; absent where the kernel has none.
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-/// How long a daemon may take to exit once its mount is gone.
-const DAEMON_EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// What the daemon logs when a default mount leaves io_uring aside (`mount.rs`).
 const FELL_BACK: &str = "serving over /dev/fuse: FUSE over io_uring";
 
@@ -20,13 +15,11 @@ const FELL_BACK: &str = "serving over /dev/fuse: FUSE over io_uring";
 /// every request on `/dev/fuse`. The files are the same either way.
 #[test]
 fn default_mount_goes_over_io_uring_unless_it_says_why_not() {
-    if !Path::new(ENABLE_URING).exists() {
+    if !common::kernel_has_fuse_io_uring() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
-    let run_over_dev = common::extra_mount_args()
-        .iter()
-        .any(|arg| arg == "--no-io-uring");
+    let run_over_dev = common::mounts_with("--no-io-uring");
     for (args, may_use_ring) in [(&[][..], !run_over_dev), (&["--no-io-uring"][..], false)] {
         let mut m = Mount::with_args(args);
         m.sh("seq 1 100000 > f && head -c 2000000 /dev/urandom > big && cat f big > /dev/null");
@@ -63,7 +56,7 @@ fn default_mount_goes_over_io_uring_unless_it_says_why_not() {
 /// uses the ring all the same, and warns.
 #[test]
 fn default_mount_without_a_cpu_cgroup_serves_over_dev_fuse() {
-    if !Path::new(ENABLE_URING).exists() {
+    if !common::kernel_has_fuse_io_uring() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
@@ -112,7 +105,7 @@ cat mnt/f
     let out = common::try_sh(dir.path(), "unshare -m bash -euo pipefail inner.sh");
     if let Ok(pid) = std::fs::read_to_string(dir.path().join("daemon.pid")) {
         let pid = pid.trim().parse().unwrap();
-        let exited = common::wait_exit(pid, DAEMON_EXIT_TIMEOUT);
+        let exited = common::wait_exit(pid, common::DAEMON_EXIT_TIMEOUT);
         // Its status is known when the harness made this process a subreaper.
         let failed = match exited {
             common::Exited::Status(status) => !status.success(),

@@ -337,9 +337,7 @@ fn status_lists_mounts_and_servers_and_forgets_them_when_they_end() {
         assert!(mount.contains(&field), "{field} in {mount}");
     }
     assert!(!mount.contains("\"revision\": null"), "{mount}");
-    let over_dev = common::extra_mount_args()
-        .iter()
-        .any(|arg| arg == "--no-io-uring");
+    let over_dev = common::mounts_with("--no-io-uring");
     assert!(
         mount.contains("\"transport\": \"/dev/fuse\"")
             || (!over_dev && mount.contains("\"transport\": \"io_uring\"")),

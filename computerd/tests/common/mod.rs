@@ -20,7 +20,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_computerd");
 /// How long a command run by a test may take before it is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long the daemon may take to exit after its filesystem was unmounted.
-const DAEMON_EXIT_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DAEMON_EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Log filter of the daemons started by the tests.
 const DAEMON_LOG: &str = "info,fuser=error";
 /// Extra `computerd mount` arguments for every mount of a run, split at whitespace: the
@@ -50,6 +50,16 @@ pub fn extra_mount_args() -> Vec<String> {
     std::env::var(EXTRA_MOUNT_ARGS_ENV)
         .map(|args| args.split_whitespace().map(String::from).collect())
         .unwrap_or_default()
+}
+
+/// Whether this run's extra mount arguments include `arg`.
+pub fn mounts_with(arg: &str) -> bool {
+    extra_mount_args().iter().any(|extra| extra == arg)
+}
+
+/// Whether this kernel has FUSE over io_uring (its switch, which the daemon turns on).
+pub fn kernel_has_fuse_io_uring() -> bool {
+    Path::new("/sys/module/fuse/parameters/enable_uring").exists()
 }
 
 static SUBREAPER: Once = Once::new();
