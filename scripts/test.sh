@@ -36,12 +36,12 @@ step env COMPUTERD_TEST_MOUNT_ARGS=--no-io-uring cargo test --release -p compute
   --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
   --test mount_permissions --test mount_disk_full --test mount_memory --test mount_readonly \
   --test replica --test owner --test exec --test js --test mcp --test shell --test mount_cached_opens \
-  --test mount_transport
+  --test mount_transport --test mount_pages
 # The tests of what a workspace's files hold and who may reach them, with files opened
 # without asking the daemon (`computerd mount --cached-opens`).
 step env COMPUTERD_TEST_MOUNT_ARGS=--cached-opens cargo test --release -p computerd \
   --test mount_basic --test mount_tools --test mount_concurrency --test mount_crash \
-  --test mount_permissions --test owner
+  --test mount_permissions --test owner --test mount_pages
 step scripts/conformance.sh
 step scripts/conformance.sh --mount-args "--no-io-uring"
 step scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"

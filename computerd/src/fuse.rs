@@ -31,6 +31,7 @@ mod unopened;
 mod write;
 
 use crate::fuse_reply::{self as answer, errno};
+use crate::kernel_pages::{self, KernelPages};
 use crate::poll::RequestPolling;
 use backing::BackingTable;
 pub use backing::DeviceSlot;
@@ -102,6 +103,8 @@ pub struct WorkspaceFs {
     /// The session's channel for telling the kernel to forget what it cached, set once
     /// the session runs.
     notifier: Arc<OnceLock<Notifier>>,
+    /// What the kernel's page cache holds, and the locks that order filling it.
+    pages: Arc<KernelPages>,
     /// The kernel opens directories without asking once OPENDIR answers ENOSYS (it said
     /// so in INIT: `FUSE_NO_OPENDIR_SUPPORT`); see `opendir`.
     opendir_skipped: Arc<AtomicBool>,
@@ -148,7 +151,7 @@ impl WorkspaceFs {
         ws: Workspace,
         config: MountConfig,
         polling: Option<Arc<RequestPolling>>,
-        notifier: Arc<OnceLock<Notifier>>,
+        (notifier, pages): (Arc<OnceLock<Notifier>>, Arc<KernelPages>),
     ) -> WorkspaceFs {
         WorkspaceFs {
             ws,
@@ -162,6 +165,7 @@ impl WorkspaceFs {
             protected_hardlinks: protected_hardlinks(),
             polling,
             notifier,
+            pages,
             opendir_skipped: Arc::default(),
             open_skipped: Arc::default(),
             unopened: Arc::default(),
@@ -466,21 +470,50 @@ impl WorkspaceFs {
 
     /// The answer to an `open`: through passthrough if the store staged the file and the
     /// kernel takes it, otherwise served by the daemon.
+    /// `may_fill`: the open only reads, through the page cache.
     fn reply_opened(
         &self,
         reply: impl answer::Open,
         inode: INodeNo,
         opened: &Opened,
-        writes: bool,
+        (writes, may_fill): (bool, bool),
     ) {
-        let mut file = self.open_file(inode, opened);
+        let (mut file, fill) = self.open_file(inode, opened);
         if opened.staged.is_none() && !writes {
             // Nothing to commit at its close: `cat`, `grep -r` and `git status` open
             // thousands of files, and each FLUSH would be a round trip (the kernel keeps
             // POSIX locks itself: this daemon implements none).
             file.flags |= FopenFlags::FOPEN_NOFLUSH;
         }
+        if fill && may_fill {
+            self.fill_pages(inode, opened.handle);
+        }
         reply.opened(&file)
+    }
+
+    /// Stores the whole content of a small file that nothing else has open in the
+    /// kernel's page cache, before the open's reply: the reads that follow send no
+    /// READ (see `kernel_pages`). The caller holds the file's page lock.
+    fn fill_pages(&self, inode: INodeNo, handle: computer_vfs::FileHandle) {
+        let Some(notifier) = self.notifier.get() else {
+            return;
+        };
+        let content = match self.ws.whole_if_sole(handle, kernel_pages::FILL_BYTES_MAX) {
+            Ok(Some(content)) => content,
+            Ok(None) => return,
+            Err(err) => {
+                // The reads that follow will meet it and report it.
+                tracing::debug!("{inode}: not filling the page cache: {err}");
+                return;
+            }
+        };
+        match notifier.store(inode, 0, &content) {
+            Ok(()) => self.pages.filled(inode.0),
+            Err(err) => tracing::debug!(
+                "{inode}: storing {} bytes in the page cache: {err}",
+                content.len()
+            ),
+        }
     }
 
     /// The answer to a `create`, as [`WorkspaceFs::reply_opened`] with the new entry.
@@ -494,7 +527,11 @@ impl WorkspaceFs {
             generation: Generation(0),
         };
         if !self.open_skipped.load(Ordering::Relaxed) {
-            return reply.created(&entry, &self.open_file(fuse_attr.ino, opened));
+            let (file, _empty) = self.open_file(fuse_attr.ino, opened);
+            if file.backing_id.is_some() {
+                self.pages.created(fuse_attr.ino.0);
+            }
+            return reply.created(&entry, &file);
         }
         if let Err(err) = self.ws.release(opened.handle) {
             return reply.fail(errno(&err));
@@ -508,16 +545,25 @@ impl WorkspaceFs {
 
     /// How the kernel reaches an open file's data: a staged file through passthrough
     /// where the kernel takes it, else through the daemon without the page cache (other
-    /// handles may pass through); an unstaged file through the page cache.
-    fn open_file(&self, inode: INodeNo, opened: &Opened) -> answer::OpenFile {
+    /// handles may pass through); an unstaged file through the page cache. And whether
+    /// the content may come with the open (`kernel_pages`).
+    fn open_file(&self, inode: INodeNo, opened: &Opened) -> (answer::OpenFile, bool) {
         let fh = FileHandle(opened.handle.0);
         let Some(staged) = &opened.staged else {
-            return answer::OpenFile::served(fh, self.cached_open_flags(inode));
+            let cached = self.pages.cached_open(inode.0);
+            let flags = match cached.keep {
+                true => FopenFlags::FOPEN_KEEP_CACHE,
+                false => FopenFlags::empty(),
+            };
+            return (answer::OpenFile::served(fh, flags), cached.fill);
         };
         if !opened.passthrough {
-            return answer::OpenFile::served(fh, FopenFlags::FOPEN_DIRECT_IO);
+            return (
+                answer::OpenFile::served(fh, FopenFlags::FOPEN_DIRECT_IO),
+                false,
+            );
         }
-        match self.backing_id(inode, opened.handle.0, staged) {
+        let file = match self.backing_id(inode, opened.handle.0, staged) {
             Some(id) => answer::OpenFile {
                 fh,
                 flags: FopenFlags::FOPEN_NOFLUSH,
@@ -525,7 +571,8 @@ impl WorkspaceFs {
             },
             // Served through the daemon from the staging file; no page cache to trust.
             None => answer::OpenFile::served(fh, FopenFlags::empty()),
-        }
+        };
+        (file, false)
     }
 }
 
@@ -555,14 +602,14 @@ impl WorkspaceFs {
 
     pub(crate) fn serve_getattr(&self, inode: INodeNo, reply: impl answer::Attr) {
         let _timer = self.timer("getattr");
-        reply.answer(self.ws.getattr(ino(inode)), |reply, attr| {
+        reply.answer_node(self.ws.getattr(ino(inode)), |reply, attr| {
             reply.attr(&TTL, &file_attr(&attr))
         })
     }
 
     pub(crate) fn serve_readlink(&self, inode: INodeNo, reply: impl answer::Data) {
         let _timer = self.timer("readlink");
-        reply.answer(self.ws.readlink(ino(inode)), |reply, target| {
+        reply.answer_node(self.ws.readlink(ino(inode)), |reply, target| {
             reply.data(&target)
         })
     }
@@ -587,13 +634,18 @@ impl WorkspaceFs {
         if self.open_skipped.load(Ordering::Relaxed) {
             return reply.fail(Errno::ENOSYS);
         }
+        let direct = flags & libc::O_DIRECT != 0;
         let flags = self.open_flags(flags);
         let passthrough = self.passthrough.load(Ordering::Relaxed);
+        let may_fill = !flags.write && !flags.truncate && !direct;
+        // Until the reply: no other open of the file may start reading or writing it
+        // while its pages are filled (`kernel_pages`).
+        let _pages = self.pages.lock(inode.0);
         let opened = self.as_caller(sender, |who| {
             self.ws.open_for_kernel(who, ino(inode), flags, passthrough)
         });
-        reply.answer(opened, |reply, opened| {
-            self.reply_opened(reply, inode, &opened, flags.write)
+        reply.answer_node(opened, |reply, opened| {
+            self.reply_opened(reply, inode, &opened, (flags.write, may_fill))
         });
     }
 
@@ -737,7 +789,7 @@ impl WorkspaceFs {
         let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
         let result = self.as_caller(sender, |who| self.ws.opendir(who, ino(inode)));
         let dir = answer::OpenFile::served(FileHandle(0), cached);
-        reply.answer(result, |reply, _| reply.opened(&dir))
+        reply.answer_node(result, |reply, _| reply.opened(&dir))
     }
 
     pub(crate) fn serve_readdir(
@@ -890,7 +942,7 @@ impl WorkspaceFs {
         let result = self
             .ws
             .access(&self.credentials(sender, &process), ino(inode), want);
-        reply.answer(result, |reply, ()| reply.ok())
+        reply.answer_node(result, |reply, ()| reply.ok())
     }
 
     pub(crate) fn serve_lseek(

@@ -25,6 +25,19 @@ pub trait Fallible: Sized {
             Err(err) => self.fail(errno(&err)),
         }
     }
+
+    /// [`Fallible::answer`] for a request addressed to a node (not to a name in a
+    /// directory): a node that is gone fails with ESTALE, not ENOENT. The kernel may
+    /// still hold a name for a node that another route replaced (a file written by
+    /// `computerd fs`, a peer's change: a new node renamed over the old); ESTALE makes
+    /// it walk the path again, asking the daemon, and open the file that is there now.
+    fn answer_node<T>(self, result: Result<T, Error>, ok: impl FnOnce(Self, T)) {
+        match result {
+            Ok(value) => ok(self, value),
+            Err(Error::NotFound(_)) => self.fail(Errno::ESTALE),
+            Err(err) => self.fail(errno(&err)),
+        }
+    }
 }
 
 /// A name's entry (LOOKUP, and what creates one).

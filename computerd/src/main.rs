@@ -24,6 +24,7 @@ mod fuse;
 mod fuse_reply;
 mod fuse_ring;
 mod init;
+mod kernel_pages;
 mod manual;
 mod mcp;
 mod mount;

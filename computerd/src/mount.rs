@@ -403,7 +403,7 @@ fn workspace_fs(
 ) -> (WorkspaceFs, Option<Arc<RequestPolling>>) {
     let polling = request_polling(args, over_ring);
     let config = mount_config(args, over_ring);
-    let fs = WorkspaceFs::new(ws, config, polling.clone(), kernel.notifier_slot());
+    let fs = WorkspaceFs::new(ws, config, polling.clone(), kernel.kernel_link());
     (fs, polling)
 }
 

@@ -34,6 +34,8 @@ use computer_sync::{
 use computer_vfs::{InodeNo, Workspace};
 use fuser::{INodeNo, Notifier};
 
+use crate::kernel_pages::KernelPages;
+
 use crate::remote;
 
 /// `--remote` and what goes with it.
@@ -131,6 +133,7 @@ impl RemoteArgs {
 pub struct KernelCache {
     ws: Workspace,
     notifier: Arc<OnceLock<Notifier>>,
+    pages: Arc<KernelPages>,
 }
 
 impl KernelCache {
@@ -138,13 +141,15 @@ impl KernelCache {
         KernelCache {
             ws,
             notifier: Arc::new(OnceLock::new()),
+            pages: Arc::default(),
         }
     }
 
     /// Where the session's notifier is kept once it runs, shared with whoever else
-    /// tells the kernel to forget (the FUSE handlers, after dropping set-id bits).
-    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
-        self.notifier.clone()
+    /// tells the kernel to forget or fills its pages (the FUSE handlers), and what the
+    /// kernel's page cache holds.
+    pub fn kernel_link(&self) -> (Arc<OnceLock<Notifier>>, Arc<KernelPages>) {
+        (self.notifier.clone(), self.pages.clone())
     }
 
     /// From now on, invalidations go to this session's kernel connection.
@@ -173,7 +178,9 @@ impl KernelCache {
                 parents.insert(parent.0);
             }
             if let Some(ino) = self.resolve(path) {
+                self.pages.await_fills(ino.0);
                 let _ = notifier.inval_inode(INodeNo(ino.0), 0, 0);
+                self.pages.changed(ino.0);
             }
         }
         for parent in parents {

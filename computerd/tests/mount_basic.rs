@@ -743,14 +743,7 @@ fn lookups_of_du(extra: &[&str]) -> u64 {
     m.mount(&[&["--op-stats"], extra].concat());
     m.sh("du -s big > /dev/null");
     m.unmount();
-    let log = m.daemon_log();
-    let row = log
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with("lookup "));
-    row.map_or(0, |row| {
-        row.split_whitespace().nth(1).unwrap().parse().unwrap()
-    })
+    common::served(&m.daemon_log(), "lookup")
 }
 
 /// A walk that looks at every entry it lists learns their attributes from the listing

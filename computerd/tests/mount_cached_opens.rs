@@ -5,25 +5,9 @@
 
 mod common;
 
-use common::Mount;
+use common::{served, Mount};
 
 const CACHED_OPENS: &str = "--cached-opens";
-
-/// How many requests of `op` the daemon served, from the table `--op-stats` logs at
-/// unmount (0 if none of that kind came).
-fn served(log: &str, op: &str) -> u64 {
-    let table = log
-        .rsplit("FUSE requests served:")
-        .next()
-        .unwrap_or_else(|| panic!("no table of requests in the log:\n{log}"));
-    table
-        .lines()
-        .find_map(|line| {
-            let mut columns = line.split_whitespace();
-            (columns.next() == Some(op)).then(|| columns.next()?.parse().ok())?
-        })
-        .unwrap_or(0)
-}
 
 #[test]
 fn files_read_again_cost_no_request() {

@@ -6,28 +6,10 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{describe_failure, run_cmd, run_with_stdin, wait_exit, Exited, Mount, BIN};
-
-/// `computerd fs <db> <args>` fed `stdin`.
-fn fs(db: &std::path::Path, args: &[&str], stdin: &[u8]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("fs").arg(db).args(args);
-    run_with_stdin(&mut cmd, stdin)
-}
-
-/// Like [`fs`], asserting success; returns stdout.
-fn fs_ok(db: &std::path::Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    let out = fs(db, args, stdin);
-    assert!(
-        out.status.success(),
-        "{}",
-        describe_failure(&format!("computerd fs {args:?}"), None, &out)
-    );
-    out.stdout
-}
+use common::{describe_failure, run_cmd, wait_exit, Exited, Mount, BIN};
 
 #[test]
 fn a_second_mount_of_a_database_is_refused_naming_the_first() {
@@ -70,12 +52,12 @@ fn file_commands_on_a_mounted_database_run_in_the_mount() {
     for round in 0..5 {
         let content = format!("round {round}\n").repeat(1000);
         std::fs::write(m.path("v.txt"), &content).unwrap();
-        assert_eq!(fs_ok(&m.db, &["cat", "/v.txt"], b""), content.as_bytes());
+        assert_eq!(m.fs_ok(&["cat", "/v.txt"], b""), content.as_bytes());
     }
     // A write through the command is the mount's own: visible there at once (the
     // kernel forgot its cached attributes and pages), and never undone by the staged
     // copy the mount still holds.
-    fs_ok(&m.db, &["write", "/v.txt"], b"from the command\n");
+    m.fs_ok(&["write", "/v.txt"], b"from the command\n");
     assert_eq!(
         std::fs::read(m.path("v.txt")).unwrap(),
         b"from the command\n"
@@ -91,17 +73,17 @@ fn file_commands_on_a_mounted_database_run_in_the_mount() {
         std::fs::write(m.path(format!("l/{name}")), name).unwrap();
     }
     assert_eq!(common::list_dir(&m.path("l")), ["a", "b"]);
-    fs_ok(&m.db, &["write", "/l/c"], b"c");
-    fs_ok(&m.db, &["rm", "/l/a"], b"");
-    fs_ok(&m.db, &["mv", "/l/b", "/l/b2"], b"");
+    m.fs_ok(&["write", "/l/c"], b"c");
+    m.fs_ok(&["rm", "/l/a"], b"");
+    m.fs_ok(&["mv", "/l/b", "/l/b2"], b"");
     assert_eq!(common::list_dir(&m.path("l")), ["b2", "c"]);
     // Removals and new directories reach the kernel's view of the tree too.
-    fs_ok(&m.db, &["mkdir", "-p", "/d/e"], b"");
+    m.fs_ok(&["mkdir", "-p", "/d/e"], b"");
     assert!(m.path("d/e").is_dir());
-    fs_ok(&m.db, &["rm", "-r", "/d"], b"");
+    m.fs_ok(&["rm", "-r", "/d"], b"");
     assert!(!m.path("d").exists());
     // Errors come back as the command's own, with its exit status.
-    let out = fs(&m.db, &["cat", "/missing"], b"");
+    let out = m.fs(&["cat", "/missing"], b"");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/missing: no such file"));
 }
@@ -116,8 +98,7 @@ fn writes_through_the_mount_and_the_command_race_without_loss() {
         }
     });
     for i in 0..40 {
-        fs_ok(
-            &m.db,
+        m.fs_ok(
             &["write", &format!("/c{i}")],
             format!("command {i}\n").as_bytes(),
         );
@@ -125,7 +106,7 @@ fn writes_through_the_mount_and_the_command_race_without_loss() {
     writer.join().unwrap();
     for i in 0..100 {
         assert_eq!(
-            fs_ok(&m.db, &["cat", &format!("/m{i}")], b""),
+            m.fs_ok(&["cat", &format!("/m{i}")], b""),
             format!("mount {i}\n").as_bytes()
         );
     }
@@ -194,7 +175,7 @@ fn a_replica_cache_takes_no_file_commands() {
     let server = common::Server::start();
     server.fs_ok(&["write", "/s.txt"], b"served\n");
     let replica = Mount::replica(&server, &[]);
-    let out = fs(&replica.db, &["ls", "/"], b"");
+    let out = replica.fs(&["ls", "/"], b"");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -202,8 +183,11 @@ fn a_replica_cache_takes_no_file_commands() {
         "{stderr}"
     );
     // The server's database, though, takes them through the server.
-    assert_eq!(fs_ok(&server.db, &["cat", "/s.txt"], b""), b"served\n");
-    fs_ok(&server.db, &["write", "/t.txt"], b"through the owner\n");
+    assert_eq!(
+        common::fs_db_ok(&server.db, &["cat", "/s.txt"], b""),
+        b"served\n"
+    );
+    common::fs_db_ok(&server.db, &["write", "/t.txt"], b"through the owner\n");
     assert_eq!(
         server.fs_ok(&["cat", "/t.txt"], b""),
         b"through the owner\n"
@@ -215,11 +199,11 @@ fn compact_of_a_mounted_database_runs_in_the_mount() {
     let m = Mount::new();
     m.sh("mkdir d && for i in $(seq 20); do head -c 1048576 /dev/urandom > d/$i; done; sync");
     m.sh("rm -r d; echo kept > kept; sync");
-    let out = String::from_utf8(fs_ok(&m.db, &["compact"], b"")).unwrap();
+    let out = String::from_utf8(m.fs_ok(&["compact"], b"")).unwrap();
     assert!(out.starts_with("compacted: "), "{out}");
     // Whatever the background had given back already, none is left free, and the
     // database with its log holds little more than the one file left.
-    let stats = String::from_utf8(fs_ok(&m.db, &["stats", "--json"], b"")).unwrap();
+    let stats = String::from_utf8(m.fs_ok(&["stats", "--json"], b"")).unwrap();
     assert!(stats.contains("\"free_bytes\":0"), "{stats}");
     let on_disk = ["", "-wal"]
         .iter()
@@ -268,7 +252,7 @@ fn computerd_umount_returns_once_the_daemon_let_go_of_the_database() {
         !std::path::Path::new(&owner).exists(),
         "the owner file is still there"
     );
-    assert_eq!(fs_ok(&m.db, &["cat", "/small"], b""), b"hi\n");
+    assert_eq!(m.fs_ok(&["cat", "/small"], b""), b"hi\n");
 
     // What it refuses, in one line each.
     for (path, says) in [
@@ -462,13 +446,13 @@ fn files_of_any_size_stream_through_the_owner() {
         .collect();
     std::fs::write(m.path("through-mount"), &big).unwrap();
     // Closed a moment ago, perhaps not ingested yet: the owner reads what the mount has.
-    assert!(fs_ok(&m.db, &["cat", "/through-mount"], b"") == big);
+    assert!(m.fs_ok(&["cat", "/through-mount"], b"") == big);
     let mut reversed = big.clone();
     reversed.reverse();
-    fs_ok(&m.db, &["write", "/through-owner"], &reversed);
+    m.fs_ok(&["write", "/through-owner"], &reversed);
     assert!(std::fs::read(m.path("through-owner")).unwrap() == reversed);
     // Replacing a file the mount has cached: the mount shows the new content at once.
-    fs_ok(&m.db, &["write", "/through-mount"], b"small now\n");
+    m.fs_ok(&["write", "/through-mount"], b"small now\n");
     assert_eq!(
         std::fs::read(m.path("through-mount")).unwrap(),
         b"small now\n"

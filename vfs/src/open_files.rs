@@ -336,6 +336,12 @@ impl OpenFiles {
         true
     }
 
+    /// Whether `open` has no user besides the one asking (its own handle).
+    pub(crate) fn sole_user(&self, open: &OpenInode) -> bool {
+        let _inodes = lock(&self.inodes);
+        open.users.load(Ordering::SeqCst) == 1
+    }
+
     pub(crate) fn get(&self, ino: InodeNo) -> Option<Arc<OpenInode>> {
         lock(&self.inodes).get(&ino).cloned()
     }

@@ -1255,6 +1255,28 @@ impl Workspace {
         self.read_to(&self.handle(fh)?, offset, size, &mut ReadRoom(buf))
     }
 
+    /// The whole content of the file open as `fh`, if it is not empty, holds at most
+    /// `bytes_max` bytes and nothing else has the file open (no other handle, no other
+    /// user): what a cache in front of the store (the kernel's page cache) may take
+    /// in one piece at the open, before a reader asks. `None` otherwise, and for a
+    /// handle on a staging file, whose reads do not come here.
+    pub fn whole_if_sole(&self, fh: FileHandle, bytes_max: u64) -> Result<Option<Vec<u8>>> {
+        let handle = self.handle(fh)?;
+        if !matches!(handle.body, Body::Buffered) || !self.inner.files.sole_user(&handle.open) {
+            return Ok(None);
+        }
+        let size = {
+            let mut state = lock(&handle.open.state);
+            self.load_state(handle.open.ino, &mut state)?;
+            state.size
+        };
+        if size == 0 || size > bytes_max {
+            return Ok(None);
+        }
+        let content = self.read_through(&handle, 0, size as usize)?;
+        Ok(Some(content))
+    }
+
     /// [`Workspace::read`] of an open handle.
     pub(crate) fn read_through(
         &self,

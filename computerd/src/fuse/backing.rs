@@ -4,13 +4,13 @@
 //! last of them. Registrations go through a duplicate of the session's `/dev/fuse`
 //! descriptor, so that either transport's opens can name them.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 
 use computer_vfs::StagedFile;
-use fuser::{FopenFlags, INodeNo};
+use fuser::INodeNo;
 
 use super::WorkspaceFs;
 
@@ -18,14 +18,11 @@ use super::WorkspaceFs;
 /// until then nothing can be registered.
 pub type DeviceSlot = Arc<OnceLock<Arc<OwnedFd>>>;
 
-/// The open handles' registrations, and what passthrough did to the page cache.
+/// The open handles' registrations.
 #[derive(Default)]
 pub(super) struct BackingTable {
     by_handle: HashMap<u64, Arc<KernelBacking>>,
     by_inode: HashMap<u64, Weak<KernelBacking>>,
-    /// Inodes opened through passthrough since their last cached open: the kernel's page
-    /// cache of such an inode may be stale, so the next cached open must drop it.
-    bypassed_cache: HashSet<u64>,
 }
 
 /// A file the kernel knows by `id` for passthrough, until this is dropped.
@@ -70,16 +67,6 @@ impl WorkspaceFs {
         self.backing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Open flags for a handle served by the daemon: keep the page cache unless a
-    /// passthrough open may have changed the file behind it.
-    pub(super) fn cached_open_flags(&self, inode: INodeNo) -> FopenFlags {
-        if self.backing().bypassed_cache.remove(&inode.0) {
-            FopenFlags::empty()
-        } else {
-            FopenFlags::FOPEN_KEEP_CACHE
-        }
-    }
-
     /// The kernel's id for `staged`, registering it on first use. `None` if the kernel
     /// refuses (no CAP_SYS_ADMIN, say): passthrough is then off for the rest of the mount.
     pub(super) fn backing_id(
@@ -108,7 +95,8 @@ impl WorkspaceFs {
         };
         let id = backing.id;
         table.by_handle.insert(handle, backing);
-        table.bypassed_cache.insert(inode.0);
+        // Pages the kernel cached may go stale behind the passthrough file.
+        self.pages.passthrough_open(inode.0);
         Some(id)
     }
 

@@ -27,13 +27,19 @@ impl WorkspaceFs {
         reply: impl answer::Attr,
     ) {
         let _timer = self.timer("setattr");
+        // A new size reaches the kernel's pages only after the reply: none may be
+        // filled with the old content meanwhile (`kernel_pages`).
+        let _pages = changes.size.map(|_| self.pages.lock(inode.0));
         // Set-id bits: with FUSE_HANDLE_KILLPRIV_V2 the store drops them after a chown
         // or truncate (`Workspace::setattr`) and after a write (`serve_write`).
         let result = self.as_caller(sender, |who| self.ws.setattr(who, ino(inode), &changes));
+        if changes.size.is_some() {
+            self.pages.changed(inode.0);
+        }
         let permissions_changed =
             changes.perm.is_some() || changes.uid.is_some() || changes.gid.is_some();
         let listing_stale = permissions_changed && matches!(&result, Ok(attr) if attr.is_dir());
-        reply.answer(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)));
+        reply.answer_node(result, |reply, attr| reply.attr(&TTL, &file_attr(&attr)));
         if listing_stale {
             self.forget_listing(inode);
         }
@@ -257,6 +263,7 @@ impl WorkspaceFs {
 
     /// The kernel forgot `inode`: no open file or mapping of it remains.
     pub(crate) fn serve_forget(&self, inode: INodeNo) {
+        self.pages.changed(inode.0);
         if self.writes_unopened() {
             self.deleted_holds.forget(&self.ws, ino(inode));
         }

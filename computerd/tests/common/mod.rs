@@ -45,6 +45,40 @@ pub fn ring_counts(log: &str) -> Option<(Vec<u64>, u64)> {
     Some((served, large_reads))
 }
 
+/// `computerd fs DB ARGS` fed `stdin` (run by the database's owner if it has one).
+pub fn fs_db(db: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("fs").arg(db).args(args);
+    run_with_stdin(&mut cmd, stdin)
+}
+
+/// Like [`fs_db`], asserting success; returns stdout.
+pub fn fs_db_ok(db: &Path, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let out = fs_db(db, args, stdin);
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_failure(&format!("computerd fs {args:?}"), None, &out)
+    );
+    out.stdout
+}
+
+/// How many requests of `op` a daemon served, from the table `--op-stats` logs at
+/// unmount (the last one in `log`; 0 if none of that kind came).
+pub fn served(log: &str, op: &str) -> u64 {
+    let table = log
+        .rsplit("FUSE requests served:")
+        .next()
+        .unwrap_or_else(|| panic!("no table of requests in the log:\n{log}"));
+    table
+        .lines()
+        .find_map(|line| {
+            let mut columns = line.split_whitespace();
+            (columns.next() == Some(op)).then(|| columns.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
 /// The arguments of [`EXTRA_MOUNT_ARGS_ENV`].
 pub fn extra_mount_args() -> Vec<String> {
     std::env::var(EXTRA_MOUNT_ARGS_ENV)
@@ -367,6 +401,17 @@ impl Mount {
             Ok(bytes) => tail(&String::from_utf8_lossy(&bytes), 64 << 10),
             Err(err) => format!("(no log: {err})"),
         }
+    }
+
+    /// `computerd fs DB ARGS` on this mount's database (run by the mount's daemon),
+    /// fed `stdin`.
+    pub fn fs(&self, args: &[&str], stdin: &[u8]) -> Output {
+        fs_db(&self.db, args, stdin)
+    }
+
+    /// Like [`Mount::fs`], asserting success; returns stdout.
+    pub fn fs_ok(&self, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+        fs_db_ok(&self.db, args, stdin)
     }
 
     /// Runs a bash script in the mount, asserting success; returns stdout.

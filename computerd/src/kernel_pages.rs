@@ -1,0 +1,223 @@
+//! What the kernel's page cache holds of each file, as far as the daemon can tell, and
+//! the per-file lock that orders filling that cache against every change to the file.
+//!
+//! A cached open may come with the file's whole content (FUSE_NOTIFY_STORE) when the
+//! file is small and nothing else has it open: the reads that follow find their pages
+//! and send no READ. Besides the round trip this saves, a READ the daemon serves makes
+//! the kernel treat the file's attributes as stale (it expects the access time to
+//! have moved), so that the next `stat` of the file asks the daemon again: the second
+//! `grep -r` over a tree paid a GETATTR per file for the first one's READs.
+//!
+//! Storing pages is the one thing the daemon does to the page cache that the kernel
+//! does not order by itself, so what could race with it takes the file's stripe of
+//! [`KernelPages::lock`]: every OPEN holds it until its reply (a second open cannot
+//! read or write the pages until the store is done), a SETATTR that changes the size
+//! too (the kernel cuts its pages after the reply), and an invalidation on behalf of
+//! another route waits for it before telling the kernel ([`KernelPages::await_fills`]:
+//! a store of content read before the change must not outlive the invalidation).
+//!
+//! Telling the kernel either thing can wait for pages in flight. The store waits for
+//! the lock of each page it fills, and a page stays locked while a READ or WRITE of it
+//! is in flight, which may sit in the very queue whose thread is storing: so only a
+//! file no other handle has open is filled, and no read, fault or write of it can be
+//! in flight. An invalidation waits for the same page locks, so it is sent without
+//! holding the file's lock, which a queue thread may be waiting for.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// Independent locks; files share one when their inode numbers agree modulo this.
+const LOCK_STRIPES: usize = 64;
+
+/// The largest file whose content comes with its open: about what the kernel's first
+/// read-ahead of a file asks for anyway (128 KiB), so that a reader of the start of a
+/// large file does not pay for the rest of it.
+pub const FILL_BYTES_MAX: u64 = 128 * 1024;
+
+/// What the daemon knows of one file's pages in the kernel. A file it has no entry for
+/// may have pages, all current.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Held {
+    /// Created through this mount and never opened through the page cache since: the
+    /// kernel has no page of it, so its passthrough opens leave nothing stale behind.
+    Never,
+    /// Its whole current content was stored at an open.
+    Whole,
+    /// Opened through passthrough after a cached open: pages cached before may be
+    /// stale, and the next cached open drops them.
+    Stale,
+}
+
+/// How a cached open treats the page cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CachedOpen {
+    /// Tell the kernel to keep the pages it has (`FOPEN_KEEP_CACHE`).
+    pub keep: bool,
+    /// The whole content may be stored with the open (if small and not open elsewhere).
+    pub fill: bool,
+}
+
+pub struct KernelPages {
+    stripes: Vec<Mutex<()>>,
+    files: Mutex<HashMap<u64, Held>>,
+}
+
+impl Default for KernelPages {
+    fn default() -> KernelPages {
+        KernelPages {
+            stripes: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            files: Mutex::default(),
+        }
+    }
+}
+
+impl KernelPages {
+    /// The lock that orders storing `ino`'s pages against opens and changes of it.
+    pub fn lock(&self, ino: u64) -> MutexGuard<'_, ()> {
+        let stripe = &self.stripes[(ino % LOCK_STRIPES as u64) as usize];
+        stripe.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn files(&self) -> MutexGuard<'_, HashMap<u64, Held>> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no open of `ino` that began before is still in flight: one may be
+    /// filling the kernel's pages with content it read before a change that just
+    /// committed, and the kernel must be told to forget its pages after that. Returns
+    /// at once without holding the lock: dropping the pages waits for reads of them in
+    /// flight, which a thread waiting for the lock may be the one to serve.
+    pub fn await_fills(&self, ino: u64) {
+        drop(self.lock(ino));
+    }
+
+    /// `ino` was just created: the kernel holds no page of it.
+    pub fn created(&self, ino: u64) {
+        self.files().insert(ino, Held::Never);
+    }
+
+    /// `ino` is opened through passthrough: pages cached before may go stale.
+    pub fn passthrough_open(&self, ino: u64) {
+        let mut files = self.files();
+        if files.get(&ino) != Some(&Held::Never) {
+            files.insert(ino, Held::Stale);
+        }
+    }
+
+    /// `ino` is opened through the page cache: whether its pages may be kept, and
+    /// whether its content may come with the open.
+    pub fn cached_open(&self, ino: u64) -> CachedOpen {
+        let mut files = self.files();
+        match files.get(&ino) {
+            Some(Held::Stale) => {
+                files.remove(&ino);
+                CachedOpen {
+                    keep: false,
+                    fill: false,
+                }
+            }
+            Some(Held::Whole) => CachedOpen {
+                keep: true,
+                fill: false,
+            },
+            Some(Held::Never) => {
+                files.remove(&ino);
+                CachedOpen {
+                    keep: true,
+                    fill: true,
+                }
+            }
+            None => CachedOpen {
+                keep: true,
+                fill: true,
+            },
+        }
+    }
+
+    /// `ino`'s whole content was stored in the kernel.
+    pub fn filled(&self, ino: u64) {
+        self.files().insert(ino, Held::Whole);
+    }
+
+    /// `ino`'s content or size changed other than through a write the kernel made
+    /// itself, or the kernel was told to drop its pages, or forgot the inode: the next
+    /// open stores the content again. A stale mark stays until a cached open drops the
+    /// pages (an inode the kernel forgot may be back by the time it says so).
+    pub fn changed(&self, ino: u64) {
+        let mut files = self.files();
+        if files.get(&ino) != Some(&Held::Stale) {
+            files.remove(&ino);
+        }
+    }
+
+    #[cfg(test)]
+    fn held(&self, ino: u64) -> Option<Held> {
+        self.files().get(&ino).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEEP_AND_FILL: CachedOpen = CachedOpen {
+        keep: true,
+        fill: true,
+    };
+
+    #[test]
+    fn a_file_is_filled_once_until_it_changes() {
+        let pages = KernelPages::default();
+        assert_eq!(pages.cached_open(7), KEEP_AND_FILL);
+        pages.filled(7);
+        let kept = CachedOpen {
+            keep: true,
+            fill: false,
+        };
+        assert_eq!(pages.cached_open(7), kept);
+        pages.changed(7);
+        assert_eq!(pages.cached_open(7), KEEP_AND_FILL);
+    }
+
+    #[test]
+    fn passthrough_after_a_cached_open_drops_the_pages_at_the_next() {
+        let pages = KernelPages::default();
+        pages.cached_open(7);
+        pages.filled(7);
+        pages.passthrough_open(7);
+        let dropped = CachedOpen {
+            keep: false,
+            fill: false,
+        };
+        assert_eq!(pages.cached_open(7), dropped);
+        assert_eq!(pages.cached_open(7), KEEP_AND_FILL);
+    }
+
+    #[test]
+    fn a_file_created_here_and_written_through_passthrough_keeps_its_empty_cache() {
+        let pages = KernelPages::default();
+        pages.created(7);
+        pages.passthrough_open(7);
+        assert_eq!(pages.held(7), Some(Held::Never));
+        assert_eq!(pages.cached_open(7), KEEP_AND_FILL);
+        // Cached once: from now on a passthrough open may leave stale pages.
+        pages.passthrough_open(7);
+        assert_eq!(pages.held(7), Some(Held::Stale));
+    }
+
+    #[test]
+    fn a_stale_mark_outlives_a_change_and_a_forget() {
+        let pages = KernelPages::default();
+        pages.passthrough_open(7);
+        pages.changed(7);
+        assert_eq!(pages.held(7), Some(Held::Stale));
+    }
+
+    #[test]
+    fn files_share_a_lock_only_modulo_the_stripes() {
+        let pages = KernelPages::default();
+        let _seven = pages.lock(7);
+        drop(pages.lock(8));
+        assert!(pages.stripes[7].try_lock().is_err());
+    }
+}
