@@ -57,6 +57,21 @@ pub struct CachedOpen {
     pub fill: bool,
 }
 
+impl CachedOpen {
+    const KEEP_AND_FILL: CachedOpen = CachedOpen {
+        keep: true,
+        fill: true,
+    };
+    const KEEP: CachedOpen = CachedOpen {
+        keep: true,
+        fill: false,
+    };
+    const DROP: CachedOpen = CachedOpen {
+        keep: false,
+        fill: false,
+    };
+}
+
 pub struct KernelPages {
     stripes: Vec<Mutex<()>>,
     files: Mutex<HashMap<u64, Held>>,
@@ -111,26 +126,14 @@ impl KernelPages {
         match files.get(&ino) {
             Some(Held::Stale) => {
                 files.remove(&ino);
-                CachedOpen {
-                    keep: false,
-                    fill: false,
-                }
+                CachedOpen::DROP
             }
-            Some(Held::Whole) => CachedOpen {
-                keep: true,
-                fill: false,
-            },
+            Some(Held::Whole) => CachedOpen::KEEP,
             Some(Held::Never) => {
                 files.remove(&ino);
-                CachedOpen {
-                    keep: true,
-                    fill: true,
-                }
+                CachedOpen::KEEP_AND_FILL
             }
-            None => CachedOpen {
-                keep: true,
-                fill: true,
-            },
+            None => CachedOpen::KEEP_AND_FILL,
         }
     }
 
@@ -160,21 +163,14 @@ impl KernelPages {
 mod tests {
     use super::*;
 
-    const KEEP_AND_FILL: CachedOpen = CachedOpen {
-        keep: true,
-        fill: true,
-    };
+    const KEEP_AND_FILL: CachedOpen = CachedOpen::KEEP_AND_FILL;
 
     #[test]
     fn a_file_is_filled_once_until_it_changes() {
         let pages = KernelPages::default();
         assert_eq!(pages.cached_open(7), KEEP_AND_FILL);
         pages.filled(7);
-        let kept = CachedOpen {
-            keep: true,
-            fill: false,
-        };
-        assert_eq!(pages.cached_open(7), kept);
+        assert_eq!(pages.cached_open(7), CachedOpen::KEEP);
         pages.changed(7);
         assert_eq!(pages.cached_open(7), KEEP_AND_FILL);
     }
@@ -185,11 +181,7 @@ mod tests {
         pages.cached_open(7);
         pages.filled(7);
         pages.passthrough_open(7);
-        let dropped = CachedOpen {
-            keep: false,
-            fill: false,
-        };
-        assert_eq!(pages.cached_open(7), dropped);
+        assert_eq!(pages.cached_open(7), CachedOpen::DROP);
         assert_eq!(pages.cached_open(7), KEEP_AND_FILL);
     }
 

@@ -53,13 +53,7 @@ fn a_file_replaced_by_a_command_while_read_in_a_loop_never_vanishes() {
     let m = Mount::new();
     m.fs_ok(&["write", "/v.txt"], &version(0));
     let path = m.path("v.txt");
-    let reader = ReadLoop::start(&path, |content, last| match version_of(content) {
-        Some(seen) => {
-            assert!(seen >= last, "read version {seen} after {last}");
-            seen
-        }
-        None => last,
-    });
+    let reader = ReadLoop::start(&path, never_older);
     for v in 1..=40 {
         m.fs_ok(&["write", "/v.txt"], &version(v));
         assert_eq!(version_of(&std::fs::read(&path).unwrap()), Some(v));
@@ -79,13 +73,7 @@ fn a_file_rewritten_in_place_while_read_in_a_loop_is_never_read_stale() {
     m.fs_ok(&["write", "/v.txt"], &version(0));
     let path = m.path("v.txt");
     let inode = std::fs::metadata(&path).unwrap().ino();
-    let reader = ReadLoop::start(&path, |content, last| match version_of(content) {
-        Some(seen) => {
-            assert!(seen >= last, "read version {seen} after {last}");
-            seen
-        }
-        None => last,
-    });
+    let reader = ReadLoop::start(&path, never_older);
     for v in 1..=40 {
         let script = format!("for i in $(seq 1 200); do echo 'version {v}'; done > v.txt");
         let mut shell = Command::new(common::BIN);
@@ -169,6 +157,18 @@ fn truncate_path(path: &Path, size: usize) {
 /// enough that a mixture of two versions would not parse.
 fn version(v: u32) -> Vec<u8> {
     format!("version {v}\n").repeat(200).into_bytes()
+}
+
+/// A [`ReadLoop`] check: the version read is never older than the last one seen (a
+/// torn read, see [`version_of`], is skipped).
+fn never_older(content: &[u8], last: u32) -> u32 {
+    match version_of(content) {
+        Some(seen) => {
+            assert!(seen >= last, "read version {seen} after {last}");
+            seen
+        }
+        None => last,
+    }
 }
 
 /// The version `content` holds, or `None` for a read torn by a change in flight: the
