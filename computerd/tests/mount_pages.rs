@@ -8,10 +8,8 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
+use common::versions::{self, never_older, version, version_of, ReadLoop};
 use common::{served, Mount};
 
 /// The opens of `--cached-opens` never reach the daemon, so nothing comes with them.
@@ -61,10 +59,9 @@ fn a_file_replaced_by_a_command_while_read_in_a_loop_never_vanishes() {
     reader.stop();
 }
 
-/// Rewrites a file in place through the shell backend (`computerd exec --backend
-/// shell`: bash inside the daemon, on the store, a route that reaches the kernel's
-/// caches only through the daemon's invalidations) while a thread keeps opening and
-/// reading it through the mount, each open filling the kernel's pages: after each
+/// Rewrites a file in place through the shell backend ([`versions::rewrite_in_place`])
+/// while a thread keeps opening and reading it through the mount, each open filling
+/// the kernel's pages: after each
 /// command returns the mount shows what it wrote, and the reader never goes back to an
 /// older version (pages filled with content read before the change would show it).
 #[test]
@@ -75,15 +72,7 @@ fn a_file_rewritten_in_place_while_read_in_a_loop_is_never_read_stale() {
     let inode = std::fs::metadata(&path).unwrap().ino();
     let reader = ReadLoop::start(&path, never_older);
     for v in 1..=40 {
-        let script = format!("for i in $(seq 1 200); do echo 'version {v}'; done > v.txt");
-        let mut shell = Command::new(common::BIN);
-        shell
-            .args(["exec", "--backend", "shell"])
-            .arg(&m.db)
-            .args(["--", &script]);
-        let out = common::run_cmd(&mut shell, "computerd exec", common::COMMAND_TIMEOUT);
-        let failure = common::describe_failure(&script, None, &out);
-        assert!(out.status.success(), "{failure}");
+        versions::rewrite_in_place(&m.db, "v.txt", v);
         assert_eq!(version_of(&std::fs::read(&path).unwrap()), Some(v));
     }
     reader.stop();
@@ -116,34 +105,6 @@ fn a_file_cut_by_path_while_read_in_a_loop_shows_the_new_size() {
     reader.stop();
 }
 
-/// A thread that reads a file through the mount over and over, each time through a new
-/// open, and checks what it read: `check(content, last)` returns what the next check
-/// gets as `last`.
-struct ReadLoop {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl ReadLoop {
-    fn start(path: &Path, check: fn(&[u8], u32) -> u32) -> ReadLoop {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (path, stopped) = (path.to_path_buf(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut last = 0;
-            while !stopped.load(Ordering::Relaxed) {
-                last = check(&std::fs::read(&path).unwrap(), last);
-            }
-        });
-        ReadLoop { stop, thread }
-    }
-
-    /// Stops the loop, failing the test if a read or a check failed.
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().expect("the read loop failed");
-    }
-}
-
 /// `truncate(2)` of a path: no open handle of the caller's own.
 fn truncate_path(path: &Path, size: usize) {
     use std::os::unix::ffi::OsStrExt;
@@ -151,33 +112,4 @@ fn truncate_path(path: &Path, size: usize) {
     // SAFETY: a NUL-terminated path that outlives the call.
     let rc = unsafe { libc::truncate(c_path.as_ptr(), size as libc::off_t) };
     assert_eq!(rc, 0, "truncate: {}", std::io::Error::last_os_error());
-}
-
-/// A file's content at version `v`: small enough to come with its opens, and long
-/// enough that a mixture of two versions would not parse.
-fn version(v: u32) -> Vec<u8> {
-    format!("version {v}\n").repeat(200).into_bytes()
-}
-
-/// A [`ReadLoop`] check: the version read is never older than the last one seen (a
-/// torn read, see [`version_of`], is skipped).
-fn never_older(content: &[u8], last: u32) -> u32 {
-    match version_of(content) {
-        Some(seen) => {
-            assert!(seen >= last, "read version {seen} after {last}");
-            seen
-        }
-        None => last,
-    }
-}
-
-/// The version `content` holds, or `None` for a read torn by a change in flight: the
-/// kernel drops a file's attributes before its pages when told to forget them, so a
-/// read in between may see the new size over the old page. After the change returned,
-/// no read may be torn.
-fn version_of(content: &[u8]) -> Option<u32> {
-    let text = std::str::from_utf8(content).ok()?;
-    let first = text.lines().next()?;
-    let whole = text == format!("{first}\n").repeat(200);
-    whole.then(|| first.strip_prefix("version ")?.parse().ok())?
 }

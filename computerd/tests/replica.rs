@@ -111,6 +111,29 @@ fn changes_on_either_side_appear_on_the_other() {
     );
 }
 
+/// A file the server's shell backend rewrites in place, version by version, while a
+/// thread keeps opening and reading it through a replica's mount, each open filling
+/// the replica's kernel pages: each version shows in the mount once pulled, and the
+/// reader never goes back to an older one (a pull must make the kernel drop what an
+/// open stored before it).
+#[test]
+fn a_file_rewritten_on_the_server_is_never_read_stale_on_a_replica() {
+    let server = Server::start();
+    server.fs_ok(&["write", "/v.txt"], &versions::version(0));
+    let replica = Mount::replica(&server, &[]);
+    let path = replica.path("v.txt");
+    let reader = versions::ReadLoop::start(&path, versions::never_older);
+    for v in 1..=15 {
+        versions::rewrite_in_place(&server.db, "v.txt", v);
+        wait_for(CONVERGE, || {
+            let seen = versions::version_of(&std::fs::read(&path).ok()?)?;
+            (seen == v).then_some(())
+        })
+        .unwrap_or_else(|| panic!("version {v} not on the replica after {CONVERGE:?}"));
+    }
+    reader.stop();
+}
+
 #[test]
 fn a_replica_serves_while_the_server_is_down_and_catches_up() {
     let mut server = Server::start();

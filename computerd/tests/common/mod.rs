@@ -6,6 +6,8 @@
 //! it, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod versions;
+
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
