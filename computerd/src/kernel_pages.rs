@@ -39,6 +39,8 @@ const FILES_PER_CHUNK: u64 = 256;
 const BITS_PER_FILE: u64 = 2;
 const FILES_PER_WORD: u64 = u64::BITS as u64 / BITS_PER_FILE;
 const WORDS_PER_CHUNK: usize = (FILES_PER_CHUNK / FILES_PER_WORD) as usize;
+/// One file's bits, at the bottom of a word.
+const STATE_MASK: u64 = (1 << BITS_PER_FILE) - 1;
 
 /// The largest file whose content comes with its open: about what the kernel's first
 /// read-ahead of a file asks for anyway (128 KiB), so that a reader of the start of a
@@ -61,7 +63,7 @@ enum Held {
 
 impl Held {
     /// Two bits, 0 for a file the daemon knows nothing of.
-    fn code(held: Option<Held>) -> u64 {
+    const fn code(held: Option<Held>) -> u64 {
         match held {
             None => 0,
             Some(Held::Never) => 1,
@@ -76,10 +78,15 @@ impl Held {
             1 => Some(Held::Never),
             2 => Some(Held::Whole),
             3 => Some(Held::Stale),
-            _ => unreachable!("a state is two bits"),
+            _ => unreachable!("a state is a file's two bits"),
         }
     }
 }
+
+// A chunk is whole words, and the largest state fits in a file's bits.
+const _: () = assert!(
+    FILES_PER_CHUNK.is_multiple_of(FILES_PER_WORD) && Held::code(Some(Held::Stale)) <= STATE_MASK
+);
 
 /// [`Held`] by inode number, two bits a file in chunks of [`FILES_PER_CHUNK`]; a chunk
 /// that holds nothing any more is let go.
@@ -100,7 +107,7 @@ impl HeldMap {
     fn get(&self, ino: u64) -> Option<Held> {
         let (chunk, word, shift) = Self::place(ino);
         let words = self.chunks.get(&chunk)?;
-        Held::from_code((words[word] >> shift) & 0b11)
+        Held::from_code((words[word] >> shift) & STATE_MASK)
     }
 
     fn set(&mut self, ino: u64, held: Option<Held>) {
@@ -110,7 +117,7 @@ impl HeldMap {
             return;
         }
         let words = self.chunks.entry(chunk).or_insert([0; WORDS_PER_CHUNK]);
-        words[word] = (words[word] & !(0b11 << shift)) | (code << shift);
+        words[word] = (words[word] & !(STATE_MASK << shift)) | (code << shift);
         if code == 0 && words.iter().all(|&bits| bits == 0) {
             self.chunks.remove(&chunk);
         }
