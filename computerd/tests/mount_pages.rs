@@ -61,9 +61,9 @@ fn a_file_replaced_by_a_command_while_read_in_a_loop_never_vanishes() {
 
 /// Rewrites a file in place through the shell backend ([`versions::rewrite_in_place`])
 /// while a thread keeps opening and reading it through the mount, each open filling
-/// the kernel's pages: after each
-/// command returns the mount shows what it wrote, and the reader never goes back to an
-/// older version (pages filled with content read before the change would show it).
+/// the kernel's pages: after each command returns the mount shows what it wrote, and
+/// the reader never goes back to an older version (pages filled with content read
+/// before the change would show it).
 #[test]
 fn a_file_rewritten_in_place_while_read_in_a_loop_is_never_read_stale() {
     let m = Mount::new();

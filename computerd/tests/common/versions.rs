@@ -4,7 +4,6 @@
 //! one).
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -71,12 +70,7 @@ pub fn version_of(content: &[u8]) -> Option<u32> {
 /// daemon's invalidations). Fails the test if the command fails.
 pub fn rewrite_in_place(db: &Path, name: &str, v: u32) {
     let script = format!("for i in $(seq 1 200); do echo 'version {v}'; done > {name}");
-    let mut shell = Command::new(super::BIN);
-    shell
-        .args(["exec", "--backend", "shell"])
-        .arg(db)
-        .args(["--", &script]);
-    let out = super::run_cmd(&mut shell, "computerd exec", super::COMMAND_TIMEOUT);
+    let out = super::exec(db, &["--backend", "shell"], &script);
     let failure = super::describe_failure(&script, None, &out);
     assert!(out.status.success(), "{failure}");
 }
