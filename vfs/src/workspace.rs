@@ -52,6 +52,8 @@ pub struct Options {
     /// has it open (it holds the database's owner lock). A read-only open then reads a
     /// database whose write-ahead log is empty as a file nobody changes, and creates
     /// nothing beside it; without it that happens only where nothing can be created.
+    /// A batching writer (`commit_delay`) then keeps its read transaction open between
+    /// reads instead of beginning one for each.
     pub no_other_writer: bool,
     /// Chunk sizes of a new workspace (an existing one keeps its own).
     pub chunk_sizes: ChunkSizes,

@@ -196,7 +196,8 @@ pub struct DbOptions {
     /// Used only with `commit_delay`.
     pub disk_reserve_bytes: u64,
     /// No other process writes the database while it is open here (the caller holds
-    /// its owner lock); see [`ReadMode`].
+    /// its owner lock); see [`ReadMode`]. With `commit_delay`, reads then hold their
+    /// transaction between them (`Writer::read`).
     pub no_other_writer: bool,
     /// A bulk load by a process that holds the database alone (see
     /// [`crate::Options::bulk_load`]): commits go through a rollback journal.
@@ -300,6 +301,9 @@ pub(crate) struct Db {
     // Held for its Drop, which stops and joins the thread.
     _checkpointer: Option<Checkpointer>,
     _committer: Option<Committer>,
+    /// Reads on the writer hold their transaction between them (see [`Writer::read`]):
+    /// batching, with a committer to end an idle one, and no other writer.
+    hold_reads: bool,
     writer: Arc<Mutex<Writer>>,
     /// With `Some`, mutations share a transaction committed at most this late (see
     /// `DbOptions::commit_delay`).
@@ -335,6 +339,9 @@ pub(crate) struct Writer {
     room: Option<DiskRoom>,
     conn: Connection,
     batch: Option<Batch>,
+    /// When the read transaction this connection holds between reads began, if it holds
+    /// one (see [`Writer::read`]).
+    held_read: Option<Instant>,
     /// Set when a storage failure undid answered mutations (why, for the log and the
     /// error): from then on every mutation fails, see `Error::Halted`.
     halted: Option<String>,
@@ -423,6 +430,10 @@ impl Batch {
     }
 }
 
+/// Longest a read transaction is held between reads (see [`Writer::read`]), give or
+/// take half a commit delay: the committer ends it at its next look.
+const HELD_READ_MAX: Duration = Duration::from_millis(20);
+
 /// Mutations in one batch at most, whatever the delay.
 const BATCH_MUTATIONS_MAX: u32 = 4096;
 /// A batch that wrote this much block data commits at once, whatever the delay. It
@@ -442,6 +453,7 @@ impl Writer {
         Writer {
             conn,
             batch: None,
+            held_read: None,
             room,
             halted: None,
             bulk_load,
@@ -454,6 +466,7 @@ impl Writer {
         if self.batch.is_some() {
             return Ok(());
         }
+        self.end_read();
         self.conn
             .execute_batch("BEGIN IMMEDIATE")
             .ctx("starting a write")?;
@@ -474,6 +487,53 @@ impl Writer {
         Ok(())
     }
 
+    /// Runs `f` on this connection: inside the open batch if there is one (which only
+    /// this connection sees), else inside the read transaction it holds between reads,
+    /// begun if none is.
+    ///
+    /// Beginning and ending a read transaction takes SQLite's shared-memory locks
+    /// (`fcntl(2)` each) and a look at the log's header: about half of what a small read
+    /// such as an OPEN's costs. Holding one across reads is safe where nothing but this
+    /// connection writes the database (`hold`: the caller holds the owner lock, see
+    /// `DbOptions::no_other_writer`): the transaction ends before every batch begins
+    /// ([`Writer::begin_batch`]), so it always sees the latest state. It ends too before anything else uses the connection
+    /// ([`Writer::commit_batch`], which maintenance calls first) and once it is
+    /// `HELD_READ_MAX` old ([`Committer`]): a reader at the log's end does not hold back
+    /// a checkpoint's copying, but would keep the log from starting over. Otherwise
+    /// (`hold` false) every read is its own transaction.
+    fn read<T>(
+        &mut self,
+        counted: bool,
+        hold: bool,
+        f: impl FnOnce(&Connection) -> Result<T>,
+    ) -> Result<T> {
+        if let Some(conn) = self.batch_conn(counted)? {
+            return f(conn);
+        }
+        if !hold {
+            return in_read_txn(&self.conn, f);
+        }
+        if self.held_read.is_none() {
+            run_cached(&self.conn, "BEGIN").ctx("starting a read")?;
+            self.held_read = Some(Instant::now());
+        }
+        let out = f(&self.conn);
+        if out.is_err() {
+            self.end_read();
+        }
+        out
+    }
+
+    /// Ends the read transaction held between reads, if one is.
+    fn end_read(&mut self) {
+        if self.held_read.take().is_some() && !self.conn.is_autocommit() {
+            if let Err(err) = run_cached(&self.conn, "COMMIT") {
+                tracing::debug!("ending a read failed: {err}");
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+        }
+    }
+
     /// The connection, to read inside the open batch (which only it sees), with the
     /// `state` row brought up to date if `counted`; `None` if no batch is open.
     fn batch_conn(&mut self, counted: bool) -> Result<Option<&Connection>> {
@@ -489,6 +549,7 @@ impl Writer {
     }
 
     fn commit_batch(&mut self) -> Result<()> {
+        self.end_read();
         if let Some(mut batch) = self.batch.take() {
             if let Some(room) = &mut self.room {
                 room.before_commit(batch.pending_bytes());
@@ -575,6 +636,11 @@ impl Committer {
                     if due && !*done {
                         // A failure halts the writer, which reports it to every caller.
                         let _ = w.commit_batch();
+                    }
+                    if w.held_read
+                        .is_some_and(|began| began.elapsed() >= HELD_READ_MAX)
+                    {
+                        w.end_read();
                     }
                 }
                 // Stopped: the open batch commits now. This runs even when the stop came
@@ -676,6 +742,7 @@ fn give_back_free_pages(writer: &Mutex<Writer>) {
     if w.batch.is_some() || w.halted.is_some() || w.room_is_short() {
         return;
     }
+    w.end_read();
     let stepped = compact::wants_background_step(&w.conn).and_then(|wanted| {
         if wanted {
             compact::step(&w.conn)
@@ -997,19 +1064,7 @@ impl Db {
             false => ReadMode::Shared,
         };
         configure_library();
-        let writer = if options.read_only {
-            read_mode.connect(path)
-        } else {
-            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            Connection::open_with_flags(path, flags)
-        }
-        .ctx("opening the database")?;
-        if options.create {
-            compact::enable_if_empty(&writer)?;
-        }
-        configure(&writer, options.read_only)?;
+        let writer = connect_writer(path, options, read_mode)?;
         let info = init_or_check(&writer, options)?;
         let bulk_load = options.bulk_load && !options.read_only && enter_bulk_load(&writer)?;
         let commit_delay = options.commit_delay.filter(|_| !options.read_only);
@@ -1034,6 +1089,7 @@ impl Db {
             // snapshot would hold up the writer's commits.
             readers: (!bulk_load).then(|| Mutex::new(Vec::new())),
             _checkpointer: checkpointer,
+            hold_reads: committer.is_some() && options.no_other_writer,
             _committer: committer,
             commit_delay,
             writer,
@@ -1060,6 +1116,7 @@ impl Db {
             readers: None,
             _checkpointer: None,
             _committer: None,
+            hold_reads: false,
             commit_delay: None,
             writer: Arc::new(Mutex::new(writer)),
             path: None,
@@ -1104,10 +1161,7 @@ impl Db {
             Some(pool) if self.commit_delay.is_none() => pool,
             _ => {
                 let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(conn) = w.batch_conn(counted)? {
-                    return f(conn);
-                }
-                return in_read_txn(&w.conn, f);
+                return w.read(counted, self.hold_reads, f);
             }
         };
         let taken = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
@@ -1277,10 +1331,7 @@ impl Db {
     /// mutation committed (or batched) before it.
     pub fn read_latest<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(conn) = w.batch_conn(false)? {
-            return f(conn);
-        }
-        in_read_txn(&w.conn, f)
+        w.read(false, self.hold_reads, f)
     }
 
     /// Commits the open batch now (before a checkpoint, or a close), if a finished
@@ -1459,6 +1510,25 @@ fn write_state(conn: &Connection, state: &StateRow) -> Result<()> {
 /// Runs `f` in a read transaction on `conn`, rolled back if `f` fails. BEGIN and COMMIT
 /// come from the statement cache: parsing them anew costs about a microsecond a read,
 /// and `grep -r` makes one read per file.
+/// The writer connection, configured (on a read-only database, the connection that
+/// reads where a writer would).
+fn connect_writer(path: &Path, options: &DbOptions, read_mode: ReadMode) -> Result<Connection> {
+    let writer = if options.read_only {
+        read_mode.connect(path)
+    } else {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        Connection::open_with_flags(path, flags)
+    }
+    .ctx("opening the database")?;
+    if options.create {
+        compact::enable_if_empty(&writer)?;
+    }
+    configure(&writer, options.read_only)?;
+    Ok(writer)
+}
+
 fn in_read_txn<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
     let run = |sql: &str| {
         conn.prepare_cached(sql)
@@ -1800,6 +1870,69 @@ fn create_schema(conn: &Connection, options: &DbOptions) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const DELAY: Duration = Duration::from_millis(25);
+
+    fn batching_db(dir: &Path) -> Db {
+        let options = DbOptions {
+            commit_delay: Some(DELAY),
+            create: true,
+            read_only: false,
+            chunk_sizes: ChunkSizes::DEFAULT,
+            reader_pool_max: 4,
+            disk_reserve_bytes: 0,
+            no_other_writer: true,
+            bulk_load: false,
+        };
+        Db::open(&dir.join("ws.db"), &options).unwrap().0
+    }
+
+    fn revision(db: &Db) -> u64 {
+        db.read_counted(|conn| Ok(read_counters(conn)?.0 .0))
+            .unwrap()
+    }
+
+    fn holds_read(db: &Db) -> bool {
+        let w = crate::base::lock(&db.writer);
+        w.held_read.is_some() && !w.conn.is_autocommit()
+    }
+
+    #[test]
+    fn a_read_held_between_reads_sees_every_later_mutation() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = batching_db(dir.path());
+        let before = revision(&db);
+        for step in 1..=3 {
+            db.commit().unwrap();
+            assert!(revision(&db) == before + step - 1 && holds_read(&db));
+            db.write(|_| Ok(())).unwrap();
+            assert!(!holds_read(&db), "a mutation ends the read it follows");
+            db.commit().unwrap();
+            assert_eq!(revision(&db), before + step);
+        }
+    }
+
+    #[test]
+    fn a_held_read_ends_when_idle_and_before_maintenance() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = batching_db(dir.path());
+        db.write(|_| Ok(())).unwrap();
+        db.commit().unwrap();
+        revision(&db);
+        assert!(holds_read(&db));
+        // The log can be emptied: maintenance ends the read first.
+        assert!(db.with_writer(|conn| empty_wal(conn)).unwrap());
+        assert!(!holds_read(&db));
+        revision(&db);
+        let deadline = Instant::now() + HELD_READ_MAX + DELAY * 20;
+        while holds_read(&db) {
+            assert!(
+                Instant::now() < deadline,
+                "the committer never ended the read"
+            );
+            std::thread::sleep(DELAY / 5);
+        }
+    }
 
     #[test]
     fn sqlite_log_lines_lose_the_statement() {
