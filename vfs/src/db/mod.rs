@@ -496,11 +496,11 @@ impl Writer {
     /// such as an OPEN's costs. Holding one across reads is safe where nothing but this
     /// connection writes the database (`hold`: the caller holds the owner lock, see
     /// `DbOptions::no_other_writer`): the transaction ends before every batch begins
-    /// ([`Writer::begin_batch`]), so it always sees the latest state. It ends too before anything else uses the connection
-    /// ([`Writer::commit_batch`], which maintenance calls first) and once it is
-    /// `HELD_READ_MAX` old ([`Committer`]): a reader at the log's end does not hold back
-    /// a checkpoint's copying, but would keep the log from starting over. Otherwise
-    /// (`hold` false) every read is its own transaction.
+    /// ([`Writer::begin_batch`]), so it always sees the latest state. It ends too before
+    /// anything else uses the connection ([`Writer::commit_batch`], which maintenance
+    /// calls first) and once it is `HELD_READ_MAX` old ([`Committer`]): a reader at the
+    /// log's end does not hold back a checkpoint's copying, but would keep the log from
+    /// starting over. Otherwise (`hold` false) every read is its own transaction.
     fn read<T>(
         &mut self,
         counted: bool,
@@ -742,9 +742,9 @@ fn give_back_free_pages(writer: &Mutex<Writer>) {
     if w.batch.is_some() || w.halted.is_some() || w.room_is_short() {
         return;
     }
-    w.end_read();
     let stepped = compact::wants_background_step(&w.conn).and_then(|wanted| {
         if wanted {
+            w.end_read();
             compact::step(&w.conn)
         } else {
             Ok(0)
