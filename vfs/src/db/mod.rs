@@ -1505,11 +1505,6 @@ fn write_state(conn: &Connection, state: &StateRow) -> Result<()> {
     Ok(())
 }
 
-/// Reads the revision, stored bytes and node count as of the connection's snapshot; on
-/// the writer connection, only current inside [`Db::read_counted`].
-/// Runs `f` in a read transaction on `conn`, rolled back if `f` fails. BEGIN and COMMIT
-/// come from the statement cache: parsing them anew costs about a microsecond a read,
-/// and `grep -r` makes one read per file.
 /// The writer connection, configured (on a read-only database, the connection that
 /// reads where a writer would).
 fn connect_writer(path: &Path, options: &DbOptions, read_mode: ReadMode) -> Result<Connection> {
@@ -1529,6 +1524,9 @@ fn connect_writer(path: &Path, options: &DbOptions, read_mode: ReadMode) -> Resu
     Ok(writer)
 }
 
+/// Runs `f` in a read transaction on `conn`, rolled back if `f` fails. BEGIN and COMMIT
+/// come from the statement cache: parsing them anew costs about a microsecond a read,
+/// and `grep -r` makes one read per file.
 fn in_read_txn<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
     let run = |sql: &str| {
         conn.prepare_cached(sql)
@@ -1542,6 +1540,8 @@ fn in_read_txn<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -
     Ok(out)
 }
 
+/// Reads the revision, stored bytes and node count as of the connection's snapshot; on
+/// the writer connection, only current inside [`Db::read_counted`].
 pub(crate) fn read_counters(conn: &Connection) -> Result<(Revision, u64, u64, Quota)> {
     let state = read_state(conn)?;
     Ok((
