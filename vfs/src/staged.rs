@@ -508,12 +508,13 @@ impl Workspace {
     }
 
     /// Attribute changes on a staged inode: size and times go to the staging file too.
-    pub(crate) fn staged_setattr(&self, staged: &StagedFile, changes: &SetAttr) -> Result<Attr> {
+    pub(crate) fn staged_setattr(
+        &self,
+        staged: &StagedFile,
+        changes: &SetAttr,
+        check: Option<&Credentials<'_>>,
+    ) -> Result<(Attr, Option<u32>)> {
         let now = self.now();
-        let resolve = |t: SetTime| match t {
-            SetTime::Now => now,
-            SetTime::At(at) => at,
-        };
         if let Some(size) = changes.size {
             if size > self.file_size_max() {
                 return Err(kind::FileTooBig());
@@ -521,39 +522,43 @@ impl Workspace {
             staged.set_len(size)?;
             self.mark_changed(staged)?;
         }
-        let atime = changes.atime.map(resolve);
-        let mtime = changes.mtime.map(resolve);
-        if atime.is_some() || mtime.is_some() {
-            staged.set_times(atime, mtime)?;
-        }
         let ino = staged.ino;
         let rest = SetAttr {
             size: None,
             ..changes.clone()
         };
-        if !rest.is_empty() || changes.size.is_some() {
-            self.db().write(|txn| {
-                let mut attr = store::attr(txn, ino)?;
-                if let Some(perm) = rest.perm {
-                    attr.perm = perm & 0o7777;
-                }
-                if let Some(uid) = rest.uid {
-                    attr.uid = uid;
-                }
-                if let Some(gid) = rest.gid {
-                    attr.gid = gid;
-                }
-                if let Some(at) = atime {
-                    attr.atime = at;
-                }
-                if let Some(at) = mtime {
-                    attr.mtime = at;
-                }
-                attr.ctime = rest.ctime.unwrap_or(now);
-                store::store_attr(txn, &attr)
-            })?;
+        let resolve = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(at) => at,
+        };
+        let (atime, mtime) = (rest.atime.map(resolve), rest.mtime.map(resolve));
+        // Held from the change of the node to the staging file's times: an ingestion
+        // commits under it, so none lands in between with the times it read before.
+        let mut state = lock(&staged.state);
+        let stored = if !rest.is_empty() || changes.size.is_some() {
+            self.db()
+                .write(|txn| Workspace::store_changes(txn, ino, &rest, check, now))
+        } else {
+            self.stored_attr(ino).map(|attr| (attr, None))
+        };
+        let (attr, perm) = stored?;
+        // Once the change is allowed and stored: the staging file's times are the
+        // file's while it is dirty.
+        let mut requeue = false;
+        if atime.is_some() || mtime.is_some() {
+            staged.set_times(atime, mtime)?;
+            // An ingestion under way may have read the old times: it must leave the
+            // file dirty, to be taken again.
+            if state.dirty {
+                state.version += 1;
+                requeue = state.writers == 0;
+            }
         }
-        self.getattr(ino)
+        drop(state);
+        if let (true, Some(staging)) = (requeue, self.staging()) {
+            staging.enqueue(ino);
+        }
+        Ok((self.overlay(attr), perm))
     }
 
     /// Replaces the whole content of a staged file (`Fs::write_file`), in its staging

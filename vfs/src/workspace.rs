@@ -1010,41 +1010,98 @@ impl Workspace {
     /// Changes attributes. A size change truncates or extends (with a hole) the file.
     ///
     /// A caller's change is checked by `access::setattr`, which may also drop set-id
-    /// bits as Linux does.
+    /// bits as Linux does, against the node as the transaction that changes it finds
+    /// it: a chmod or chown landing between a check and its change cannot make a check
+    /// stale. A change of size acts on the content before that transaction and is
+    /// checked just before it.
     pub fn setattr(&self, who: Who<'_>, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
-        let Some(cred) = who.cred() else {
-            return self.apply_setattr(ino, changes);
-        };
-        let attr = self.stored_attr(ino)?;
-        let changes = access::setattr(&attr, changes, cred)?;
-        self.apply_setattr(ino, &changes)
+        let check = who.cred();
+        if let (Some(cred), Some(_)) = (check, changes.size) {
+            let attr = self.stored_attr(ino)?;
+            let changes = access::setattr(&attr, changes, cred)?;
+            return self.apply_setattr(ino, &changes, None);
+        }
+        self.apply_setattr(ino, changes, check)
     }
 
-    /// [`Workspace::setattr`], checked already.
-    fn apply_setattr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
-        let attr = self.change_attr(ino, changes)?;
+    /// [`Workspace::setattr`], checked against `check` in its transaction if given.
+    fn apply_setattr(
+        &self,
+        ino: InodeNo,
+        changes: &SetAttr,
+        check: Option<&Credentials<'_>>,
+    ) -> Result<Attr> {
+        let (attr, perm) = self.change_attr(ino, changes, check)?;
         // After the change is stored: a write that read the mode before it asks again.
-        if changes.perm.is_some_and(access::write_may_drop_bits) {
+        if perm.is_some_and(access::write_may_drop_bits) {
             self.setid_may_be_back(Some(ino));
         }
         Ok(attr)
     }
 
-    fn change_attr(&self, ino: InodeNo, changes: &SetAttr) -> Result<Attr> {
+    /// Stores `changes` to node `ino` in `txn`, checked first against `check` if given
+    /// (size aside: the caller changed it already). Returns the node as stored and the
+    /// mode it was given, if any (the check may have changed or added one).
+    pub(crate) fn store_changes(
+        txn: &mut WriteTxn<'_>,
+        ino: InodeNo,
+        changes: &SetAttr,
+        check: Option<&Credentials<'_>>,
+        now: TimestampNs,
+    ) -> Result<(Attr, Option<u32>)> {
+        let mut attr = store::attr(txn, ino)?;
+        let checked;
+        let changes = match check {
+            Some(cred) => {
+                checked = access::setattr(&attr, changes, cred)?;
+                &checked
+            }
+            None => changes,
+        };
+        let resolve = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(at) => at,
+        };
+        if let Some(perm) = changes.perm {
+            attr.perm = perm & 0o7777;
+        }
+        if let Some(uid) = changes.uid {
+            attr.uid = uid;
+        }
+        if let Some(gid) = changes.gid {
+            attr.gid = gid;
+        }
+        if let Some(at) = changes.atime {
+            attr.atime = resolve(at);
+        }
+        if let Some(at) = changes.mtime {
+            attr.mtime = resolve(at);
+        }
+        attr.ctime = changes.ctime.unwrap_or(now);
+        store::store_attr(txn, &attr)?;
+        Ok((attr, changes.perm))
+    }
+
+    fn change_attr(
+        &self,
+        ino: InodeNo,
+        changes: &SetAttr,
+        check: Option<&Credentials<'_>>,
+    ) -> Result<(Attr, Option<u32>)> {
+        debug_assert!(
+            check.is_none() || changes.size.is_none(),
+            "a change of size is checked before"
+        );
         if let Some(staged) = self.staged_entry(ino) {
             // Pinned, so eviction cannot recycle the file while we change it; if it was
             // evicted already, the stored node is the file again.
             if self.pin_staged(&staged) {
-                let result = self.staged_setattr(&staged, changes);
+                let result = self.staged_setattr(&staged, changes, check);
                 self.unpin_staged(&staged);
                 return result;
             }
         }
         let now = self.now();
-        let resolve = |t: SetTime| match t {
-            SetTime::Now => now,
-            SetTime::At(at) => at,
-        };
         if let Some(size) = changes.size {
             if size > self.inner.options.file_size_max {
                 return Err(kind::FileTooBig());
@@ -1057,36 +1114,21 @@ impl Workspace {
         let mut rest = changes.clone();
         rest.size = None;
         if rest.is_empty() && changes.size.is_some() {
-            return self.getattr(ino);
+            return Ok((self.getattr(ino)?, None));
         }
-        // Buffered writes carry an mtime that an explicit one must override.
-        if rest.mtime.is_some() {
-            if let Some(open) = self.inner.files.get(ino) {
-                lock(&open.state).written_at = None;
+        let (attr, perm) = self.inner.db.write(|txn| {
+            let stored = Self::store_changes(txn, ino, &rest, check, now)?;
+            // Buffered writes carry an mtime that an explicit one must override; once
+            // the change is allowed, and before it commits (a write after it keeps its
+            // own).
+            if rest.mtime.is_some() {
+                if let Some(open) = self.inner.files.get(ino) {
+                    lock(&open.state).written_at = None;
+                }
             }
-        }
-        let attr = self.inner.db.write(|txn| {
-            let mut attr = store::attr(txn, ino)?;
-            if let Some(perm) = rest.perm {
-                attr.perm = perm & 0o7777;
-            }
-            if let Some(uid) = rest.uid {
-                attr.uid = uid;
-            }
-            if let Some(gid) = rest.gid {
-                attr.gid = gid;
-            }
-            if let Some(at) = rest.atime {
-                attr.atime = resolve(at);
-            }
-            if let Some(at) = rest.mtime {
-                attr.mtime = resolve(at);
-            }
-            attr.ctime = rest.ctime.unwrap_or(now);
-            store::store_attr(txn, &attr)?;
-            Ok(attr)
+            Ok(stored)
         })?;
-        Ok(self.overlay(attr))
+        Ok((self.overlay(attr), perm))
     }
 
     /// Truncates or extends an open inode to `size`, committing buffered writes with it.
@@ -1369,7 +1411,7 @@ impl Workspace {
             perm: Some(perm),
             ..SetAttr::default()
         };
-        self.apply_setattr(open.ino, &changes)?;
+        self.apply_setattr(open.ino, &changes, None)?;
         Ok(true)
     }
 

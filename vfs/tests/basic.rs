@@ -314,3 +314,59 @@ fn a_replacement_of_a_name_at_the_limit_fits_its_hidden_name() {
     replacement.commit().unwrap();
     assert_eq!(fs.read_file(&name).unwrap(), b"x");
 }
+
+/// A caller's change of a staged file's times is checked before anything changes (the
+/// staging file's times are the file's while it is dirty): a stranger's is refused and
+/// leaves them as they were; the owner's reaches the file and is what ingestion stores.
+#[test]
+fn a_staged_files_times_change_only_when_the_caller_may() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        staging_dir: Some(dir.path().join("ws.db.staging")),
+        ..Options::default()
+    };
+    let ws = Workspace::open(dir.path().join("ws.db"), options).unwrap();
+    let owner = NewNode {
+        perm: 0o644,
+        uid: 1000,
+        gid: 1000,
+    };
+    let (attr, opened) = ws
+        .create_for_kernel(
+            Who::Trusted,
+            InodeNo::ROOT,
+            b"f",
+            owner,
+            OpenFlags::WRITE,
+            true,
+        )
+        .unwrap();
+    let staged = opened.staged.as_ref().expect("a new file is staged");
+    std::os::unix::fs::FileExt::write_all_at(staged.file(), b"written", 0).unwrap();
+    let written = ws.getattr(attr.ino).unwrap();
+    let set_mtime = SetAttr {
+        mtime: Some(SetTime::At(1_000_000_000_000_000_000)),
+        ..SetAttr::default()
+    };
+    let stranger = KnownCaller::with_groups(&[]);
+    let who = Who::Caller(Credentials::new(2000, 2000, &stranger));
+    let refused = ws.setattr(who, attr.ino, &set_mtime).unwrap_err();
+    assert_eq!(refused.errno(), libc::EPERM);
+    assert_eq!(ws.getattr(attr.ino).unwrap().mtime, written.mtime);
+
+    let owner_caller = KnownCaller::with_groups(&[]);
+    let who = Who::Caller(Credentials::new(1000, 1000, &owner_caller));
+    let changed = ws.setattr(who, attr.ino, &set_mtime).unwrap();
+    assert_eq!(changed.mtime, 1_000_000_000_000_000_000);
+    ws.release(opened.handle).unwrap();
+    drop(ws);
+    // Opening it again ingests whatever is still staged.
+    let options = Options {
+        staging_dir: Some(dir.path().join("ws.db.staging")),
+        ..Options::default()
+    };
+    let ws = Workspace::open(dir.path().join("ws.db"), options).unwrap();
+    assert_eq!(ws.staged_files().unwrap(), 0);
+    let stored = ws.getattr(attr.ino).unwrap();
+    assert_eq!((stored.mtime, stored.size), (1_000_000_000_000_000_000, 7));
+}
