@@ -1116,18 +1116,24 @@ impl Workspace {
         if rest.is_empty() && changes.size.is_some() {
             return Ok((self.getattr(ino)?, None));
         }
-        let (attr, perm) = self.inner.db.write(|txn| {
-            let stored = Self::store_changes(txn, ino, &rest, check, now)?;
-            // Buffered writes carry an mtime that an explicit one must override; once
-            // the change is allowed, and before it commits (a write after it keeps its
-            // own).
-            if rest.mtime.is_some() {
-                if let Some(open) = self.inner.files.get(ino) {
-                    lock(&open.state).written_at = None;
-                }
-            }
-            Ok(stored)
-        })?;
+        // Buffered writes carry an mtime that an explicit one must override. Cleared
+        // before the transaction (the writer is taken after an inode's state, never
+        // before), and given back if the change is refused or fails.
+        let buffered_mtime = rest
+            .mtime
+            .and_then(|_| self.inner.files.get(ino))
+            .map(|open| {
+                let was = lock(&open.state).written_at.take();
+                (open, was)
+            });
+        let stored = self
+            .inner
+            .db
+            .write(|txn| Self::store_changes(txn, ino, &rest, check, now));
+        if let (Err(_), Some((open, Some(was)))) = (&stored, buffered_mtime) {
+            lock(&open.state).written_at.get_or_insert(was);
+        }
+        let (attr, perm) = stored?;
         Ok((self.overlay(attr), perm))
     }
 
