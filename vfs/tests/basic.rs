@@ -370,3 +370,40 @@ fn a_staged_files_times_change_only_when_the_caller_may() {
     let stored = ws.getattr(attr.ino).unwrap();
     assert_eq!((stored.mtime, stored.size), (1_000_000_000_000_000_000, 7));
 }
+
+/// A refused change of times leaves a buffered write's mtime, which an allowed one
+/// replaces.
+#[test]
+fn a_refused_times_change_keeps_a_buffered_writes_mtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = Workspace::open(dir.path().join("ws.db"), Options::default()).unwrap();
+    let owner = NewNode {
+        perm: 0o644,
+        uid: 1000,
+        gid: 1000,
+    };
+    let (attr, handle) = ws
+        .create(Who::Trusted, InodeNo::ROOT, b"f", owner, OpenFlags::WRITE)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    ws.write(handle, 0, b"buffered").unwrap();
+    let written = ws.getattr(attr.ino).unwrap();
+    assert!(written.mtime > attr.mtime, "the write's time shows");
+    let set_mtime = SetAttr {
+        mtime: Some(SetTime::At(1_000_000_000)),
+        ..SetAttr::default()
+    };
+    let nobody = KnownCaller::with_groups(&[]);
+    let stranger = Who::Caller(Credentials::new(2000, 2000, &nobody));
+    assert_eq!(
+        ws.setattr(stranger, attr.ino, &set_mtime)
+            .unwrap_err()
+            .errno(),
+        libc::EPERM
+    );
+    assert_eq!(ws.getattr(attr.ino).unwrap().mtime, written.mtime);
+    let owner = Who::Caller(Credentials::new(1000, 1000, &nobody));
+    ws.setattr(owner, attr.ino, &set_mtime).unwrap();
+    ws.release(handle).unwrap();
+    assert_eq!(ws.getattr(attr.ino).unwrap().mtime, 1_000_000_000);
+}
