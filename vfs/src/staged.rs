@@ -18,7 +18,7 @@
 //! - While dirty, size and times come from the staging file (the kernel updates them).
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::access::{self, Access, Credentials, Who};
@@ -27,7 +27,7 @@ use crate::error::{kind, Error, Result};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
 use crate::open_files::{Body, FileHandle, OpenFlags, OpenHandle};
 use crate::staged_rows;
-use crate::staging::{StagedFile, Staging, POOL_LOW};
+use crate::staging::{StagedFile, StagedState, Staging, POOL_LOW};
 use crate::store;
 use crate::types::*;
 use crate::workspace::{ReadTarget, Workspace};
@@ -382,13 +382,22 @@ impl Workspace {
         })
     }
 
-    /// Marks a staged file changed outside a writer handle (truncate, times).
+    /// Marks a staged file changed outside a writer handle (truncate, content).
     fn mark_changed(&self, staged: &StagedFile) -> Result<()> {
         let mut state = lock(&staged.state);
         if !state.dirty {
             self.record_staged(staged)?;
             state.dirty = true;
         }
+        self.changed_again(staged, state);
+        Ok(())
+    }
+
+    /// A dirty staged file changed once more (`state` is its state, locked): an
+    /// ingestion under way, which read it before, leaves it dirty, and it is queued to
+    /// be taken again unless a writer still holds it (its release queues it).
+    fn changed_again(&self, staged: &StagedFile, mut state: MutexGuard<'_, StagedState>) {
+        debug_assert!(state.dirty, "only a dirty file is ingested");
         state.version += 1;
         let idle = state.writers == 0;
         drop(state);
@@ -397,7 +406,6 @@ impl Workspace {
                 staging.enqueue(staged.ino);
             }
         }
-        Ok(())
     }
 
     /// `fsync(2)` of a staged file: its content durable in the staging file, and the
@@ -527,14 +535,9 @@ impl Workspace {
             size: None,
             ..changes.clone()
         };
-        let resolve = |t: SetTime| match t {
-            SetTime::Now => now,
-            SetTime::At(at) => at,
-        };
-        let (atime, mtime) = (rest.atime.map(resolve), rest.mtime.map(resolve));
         // Held from the change of the node to the staging file's times: an ingestion
         // commits under it, so none lands in between with the times it read before.
-        let mut state = lock(&staged.state);
+        let state = lock(&staged.state);
         let stored = if !rest.is_empty() || changes.size.is_some() {
             self.db()
                 .write(|txn| Workspace::store_changes(txn, ino, &rest, check, now))
@@ -542,21 +545,19 @@ impl Workspace {
             self.stored_attr(ino).map(|attr| (attr, None))
         };
         let (attr, perm) = stored?;
-        // Once the change is allowed and stored: the staging file's times are the
-        // file's while it is dirty.
-        let mut requeue = false;
-        if atime.is_some() || mtime.is_some() {
+        // Once the change is allowed and stored, the staging file's times, which are
+        // the file's while it is dirty, become the node's.
+        let atime = rest.atime.map(|_| attr.atime);
+        let mtime = rest.mtime.map(|_| attr.mtime);
+        let times = atime.is_some() || mtime.is_some();
+        if times {
             staged.set_times(atime, mtime)?;
-            // An ingestion under way may have read the old times: it must leave the
-            // file dirty, to be taken again.
-            if state.dirty {
-                state.version += 1;
-                requeue = state.writers == 0;
-            }
         }
-        drop(state);
-        if let (true, Some(staging)) = (requeue, self.staging()) {
-            staging.enqueue(ino);
+        // Clean, the file's times are the node's: nothing to ingest again.
+        if times && state.dirty {
+            self.changed_again(staged, state);
+        } else {
+            drop(state);
         }
         Ok((self.overlay(attr), perm))
     }
