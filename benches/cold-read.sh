@@ -32,12 +32,12 @@ cd "$scratch"
 mkdir m
 "$bin" mount ws.db m --daemon >/dev/null
 if [ -n "$tree" ]; then
-    cp -r --preserve=mode,timestamps "$tree" plain.bin
-    cp -r --preserve=mode,timestamps "$tree" m/big
-    what="tree $tree, $(du -sm plain.bin | cut -f1) MiB"
+    cp -r --preserve=mode,timestamps "$tree" plain
+    cp -r --preserve=mode,timestamps "$tree" m/data
+    what="tree $tree, $(du -sm plain | cut -f1) MiB"
 else
-    head -c "${mib}M" /dev/urandom > plain.bin
-    cp plain.bin m/big
+    head -c "${mib}M" /dev/urandom > plain
+    cp plain m/data
     what="$mib MiB"
 fi
 "$bin" umount m >/dev/null 2>&1
@@ -58,11 +58,11 @@ ext4=()
 ours=()
 for round in $(seq 1 "$rounds"); do
     drop
-    e=$(seconds plain.bin)
+    e=$(seconds plain)
     # shellcheck disable=SC2086 # a list of arguments
     "$bin" mount ws.db m --daemon ${COMPUTERD_MOUNT_ARGS:-} >/dev/null
     drop
-    c=$(seconds m/big)
+    c=$(seconds m/data)
     "$bin" umount m >/dev/null 2>&1
     ext4+=("$e")
     ours+=("$c")
