@@ -13,8 +13,17 @@ fn git(args: &[&str]) -> Option<String> {
 fn main() {
     let commit = match git(&["rev-parse", "--short=12", "HEAD"]) {
         Some(commit) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
+            // Without optional locks `git status` leaves the index as it is: in a fresh
+            // clone it would rewrite it (its entries are racily clean), and since the
+            // index is watched below, the next cargo command would build computerd again
+            // (95 s of CI's test step).
+            let status = [
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+            ];
+            let dirty = git(&status).is_some_and(|s| !s.is_empty());
             if dirty {
                 format!("{commit}+dirty")
             } else {
