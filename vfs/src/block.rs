@@ -13,6 +13,11 @@ use crate::error::{Error, Result};
 /// Length of a block hash in bytes.
 pub const HASH_LEN: usize = 32;
 
+/// The most raw bytes any block holds: the largest maximum the chunker accepts
+/// ([`crate::ChunkSizes::is_valid`]). A stored length above it is corruption, refused
+/// before anything is allocated for it.
+pub const BLOCK_BYTES_MAX: usize = fastcdc::v2020::MAXIMUM_MAX;
+
 /// The BLAKE3 hash of a block's raw bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockHash(pub [u8; HASH_LEN]);
@@ -84,6 +89,11 @@ pub fn encode(raw: &[u8], hash: BlockHash, level: i32) -> EncodedBlock {
         hash,
         BlockHash::of(raw),
         "encode takes the hash of the bytes it encodes"
+    );
+    assert!(
+        raw.len() <= BLOCK_BYTES_MAX,
+        "a block of {} bytes",
+        raw.len()
     );
     let compressed = if looks_incompressible(raw, level) {
         None
@@ -159,6 +169,11 @@ pub fn decode_into(
     out: &mut Vec<u8>,
 ) -> Result<()> {
     out.clear();
+    if raw_len > BLOCK_BYTES_MAX {
+        return Err(Error::corrupt(format!(
+            "block {hash}: length {raw_len} is above the largest block, {BLOCK_BYTES_MAX}"
+        )));
+    }
     match codec {
         Codec::Raw => out.extend_from_slice(data),
         Codec::Zstd => {
@@ -241,5 +256,25 @@ mod tests {
         // A wrong length is caught too.
         let err = decode_into(&hash, Codec::Raw, raw.len() + 1, &raw, &mut out).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }));
+    }
+
+    #[test]
+    fn a_corrupt_length_is_refused_before_it_is_allocated() {
+        let raw = vec![7u8; 4096];
+        let hash = BlockHash::of(&raw);
+        let block = encode(&raw, hash, 1);
+        assert_eq!(block.codec, Codec::Zstd);
+        let mut out = Vec::new();
+        // A terabyte, or more than the address space: an error, not an abort.
+        for raw_len in [1 << 40, usize::MAX, BLOCK_BYTES_MAX + 1] {
+            let err = decode_into(&hash, Codec::Zstd, raw_len, &block.data, &mut out);
+            assert!(
+                matches!(err, Err(Error::Corrupt { .. })),
+                "{raw_len}: {err:?}"
+            );
+            let err = decode(&hash, Codec::Raw, raw_len, raw.clone());
+            assert!(matches!(err, Err(Error::Corrupt { .. })), "{raw_len}");
+        }
+        assert!(out.capacity() < BLOCK_BYTES_MAX);
     }
 }

@@ -18,7 +18,7 @@
 mod access;
 mod audit;
 mod base;
-mod block;
+pub mod block;
 mod block_store;
 mod change_page;
 mod changes;
