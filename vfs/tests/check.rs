@@ -238,6 +238,16 @@ fn a_staged_row_of_a_missing_node_or_a_directory_is_reported() {
     );
 }
 
+/// A damaged length is reported, with nothing allocated for it: a terabyte here once
+/// aborted the check on the allocation.
+#[test]
+fn a_block_length_past_the_largest_block_is_reported() {
+    assert_reported(
+        "UPDATE blocks SET raw_len = 1 << 40",
+        "1099511627776 is above the largest block",
+    );
+}
+
 #[test]
 fn a_loose_hold_on_a_missing_block_is_reported() {
     assert_reported(
