@@ -7,10 +7,9 @@
 # missing; builds with RUSTC_BOOTSTRAP=1 on the stable toolchain.
 #
 # The targets are built at opt-level 1 without debug info (a panic still names its
-# file and line): on 2 cores that build takes 203 s against 350 s for the release
-# profile, and the seeds replay as fast (sync_recovery's 406 inputs in 64 s against 66 s:
-# AddressSanitizer's allocator and the coverage hooks dominate either way). Long runs
-# (scripts/fuzz-keep.sh, fuzz/README.md) keep the full release profile.
+# file and line), which builds in little more than half the time and replays the seeds
+# as fast (figures in fuzz/README.md); long runs (scripts/fuzz-keep.sh) keep the full
+# release profile.
 #
 # Usage: scripts/fuzz-smoke.sh [SECONDS]
 set -euo pipefail
@@ -19,7 +18,6 @@ cd "$(dirname "$0")/../fuzz"
 seconds="${1:-20}"
 export PATH="$HOME/.cargo/bin:$PATH"
 export RUSTC_BOOTSTRAP=1
-export CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0
 if ! command -v cargo-fuzz >/dev/null; then
   cargo install cargo-fuzz --locked
 fi
@@ -44,6 +42,7 @@ for target in "${targets[@]}"; do
     dirs+=("seeds/$target")
   fi
   echo "fuzz-smoke: $target for ${seconds}s"
-  cargo fuzz run "$target" "${dirs[@]}" -- -max_total_time="$seconds" -seed="$FUZZ_SEED"
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 \
+    cargo fuzz run "$target" "${dirs[@]}" -- -max_total_time="$seconds" -seed="$FUZZ_SEED"
 done
 echo "fuzz-smoke: ${#targets[@]} target(s) ran ${seconds}s each without a failure"
