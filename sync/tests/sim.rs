@@ -14,6 +14,7 @@
 //! - `replay_seed`: runs `SIM_SEED` alone and prints its whole step log if it fails
 //!   (does nothing without `SIM_SEED`):
 //!   `SIM_SEED=123 cargo test --release -p computer-sync --test sim replay_seed -- --nocapture`
+//! - `kept_fuzz_corpus_replays`: every input the fuzz target's kept corpus holds.
 //! - the regression cases: seeds and shrunk fuzz inputs (hex, replayed with
 //!   `run_bytes`) that found bugs, each named for what it found.
 
@@ -249,6 +250,36 @@ fn replay_bytes(hex: &str) {
         panic!("{failure}");
     }
 }
+
+/// What fuzzing the simulation found and kept (`fuzz/seeds/sync_recovery`, see
+/// fuzz/README.md), replayed as the fuzz target runs it: every kept input still passes.
+/// CI's fuzz smoke run leaves this corpus to this test, which replays it several times
+/// faster than the instrumented target loads it.
+#[test]
+fn kept_fuzz_corpus_replays() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/sync_recovery");
+    let mut inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    inputs.sort();
+    assert!(
+        inputs.len() >= KEPT_FUZZ_INPUTS_MIN,
+        "{}: {} inputs",
+        dir.display(),
+        inputs.len()
+    );
+    for path in &inputs {
+        let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        if let Err(failure) = sim::run_bytes(&bytes) {
+            panic!("{}: {failure}", path.display());
+        }
+    }
+}
+
+/// Fewer kept inputs than this means the corpus went missing, not that it shrank by a
+/// merge (402 when last merged).
+const KEPT_FUZZ_INPUTS_MIN: usize = 100;
 
 /// The fuzz target's path: decisions read from bytes, a run ending when they do.
 #[test]
