@@ -340,11 +340,7 @@ impl Mount {
     /// it to exit (the caller waits, with [`wait_exit`]).
     pub fn unmount_without_waiting(&mut self) -> i32 {
         let pid = self.pid();
-        let out = run_cmd(
-            Command::new("umount").arg(&self.mnt),
-            "umount",
-            Duration::from_secs(60),
-        );
+        let out = umount_when_free(&self.mnt);
         if !out.status.success() {
             panic!("{}", describe_failure("umount", None, &out));
         }
@@ -438,11 +434,7 @@ impl Mount {
         // gone, which may be never: then it gets only a short while before SIGKILL.
         let mut exit_timeout = DAEMON_EXIT_TIMEOUT;
         if is_mounted(&self.mnt) {
-            let out = run_cmd(
-                Command::new("umount").arg(&self.mnt),
-                "umount",
-                Duration::from_secs(60),
-            );
+            let out = umount_when_free(&self.mnt);
             if !out.status.success() {
                 problems.push(describe_failure("umount (teardown)", None, &out));
                 exit_timeout = Duration::from_secs(5);
@@ -884,6 +876,30 @@ fn base_env(cmd: &mut Command) {
 
 /// Runs `cmd` with a timeout, capturing its output; kills its whole process group if it
 /// takes longer. Never panics on a non-zero status; panics on a timeout.
+/// How long an unmount that finds the mount busy is tried again. A process another test
+/// thread is starting holds a copy of this process's descriptors, those of files in
+/// this mount included, from its clone until its exec: a moment, but longer on a
+/// loaded machine. A mount still busy after this is reported.
+const UMOUNT_BUSY_GRACE: Duration = Duration::from_secs(2);
+
+/// `umount MNT`, tried again every few milliseconds while the kernel answers that the
+/// mount is busy, for up to [`UMOUNT_BUSY_GRACE`]; the last attempt's output.
+fn umount_when_free(mnt: &Path) -> Output {
+    let started = Instant::now();
+    loop {
+        let out = run_cmd(
+            Command::new("umount").arg(mnt).env("LC_ALL", "C"),
+            "umount",
+            Duration::from_secs(60),
+        );
+        let busy = String::from_utf8_lossy(&out.stderr).contains("target is busy");
+        if out.status.success() || !busy || started.elapsed() >= UMOUNT_BUSY_GRACE {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn run_cmd(cmd: &mut Command, what: &str, timeout: Duration) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
