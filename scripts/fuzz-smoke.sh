@@ -14,6 +14,8 @@
 # tests replay that corpus already (sync/tests/sim.rs, kept_fuzz_corpus_replays).
 #
 # Usage: scripts/fuzz-smoke.sh [SECONDS]
+#        scripts/fuzz-smoke.sh --build-only   (builds the targets as the run would, and
+#                                              stops: scripts/test.sh builds them early)
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
@@ -22,6 +24,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export RUSTC_BOOTSTRAP=1
 if ! command -v cargo-fuzz >/dev/null; then
   cargo install cargo-fuzz --locked
+fi
+# The smoke run's profile, for the build and every run alike.
+smoke_profile=(env CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0)
+if [ "$seconds" = --build-only ]; then
+  exec "${smoke_profile[@]}" cargo fuzz build
 fi
 
 if [ -z "${FUZZ_SEED:-}" ]; then
@@ -44,7 +51,7 @@ for target in "${targets[@]}"; do
     dirs+=("seeds/$target")
   fi
   echo "fuzz-smoke: $target for ${seconds}s"
-  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_DEBUG=0 \
+  "${smoke_profile[@]}" \
     cargo fuzz run "$target" "${dirs[@]}" -- -max_total_time="$seconds" -seed="$FUZZ_SEED"
 done
 echo "fuzz-smoke: ${#targets[@]} target(s) ran ${seconds}s each without a failure"

@@ -25,6 +25,21 @@ step scripts/install-test-deps.sh
 
 step scripts/check-capnp.sh
 step cargo build --release --workspace --all-targets
+# The fuzz targets build beside the tests, which spend about a third of the two cores'
+# time waiting on mounts and processes; the smoke run at the end waits for the build.
+# The build has a session of its own, so that it can be stopped with whatever it runs.
+fuzz_build_log=$(mktemp)
+setsid -w scripts/fuzz-smoke.sh --build-only > "$fuzz_build_log" 2>&1 &
+fuzz_build=$!
+trap 'kill -- -$fuzz_build 2>/dev/null || true; rm -f "$fuzz_build_log"' EXIT
+wait_for_fuzz_build() {
+  if ! wait "$fuzz_build"; then
+    cat "$fuzz_build_log" >&2
+    echo "test.sh: building the fuzz targets failed (its output above)" >&2
+    return 1
+  fi
+  tail -n 1 "$fuzz_build_log" >&2
+}
 step cargo test --release --workspace
 # The invariants the store asserts in debug builds only (extent coverage and reference
 # counts after each content change, cursors never backwards), under the tests that
@@ -46,4 +61,5 @@ step env COMPUTERD_TEST_MOUNT_ARGS=--cached-opens cargo test --release -p comput
   --test mount_permissions --test owner --test mount_pages
 step scripts/conformance.sh
 step scripts/conformance.sh --mount-args "--no-io-uring"
+step wait_for_fuzz_build
 step scripts/fuzz-smoke.sh "${FUZZ_SMOKE_SECONDS:-10}"
