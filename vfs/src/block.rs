@@ -147,6 +147,7 @@ fn compress(raw: &[u8], level: i32) -> Option<Vec<u8>> {
 /// Decodes stored bytes, taking them over (a raw block is its own content: no copy),
 /// and checks the content against `hash`.
 pub fn decode(hash: &BlockHash, codec: Codec, raw_len: usize, data: Vec<u8>) -> Result<Vec<u8>> {
+    check_stored_len(hash, raw_len)?;
     match codec {
         Codec::Raw => {
             verify(hash, raw_len, &data)?;
@@ -169,11 +170,7 @@ pub fn decode_into(
     out: &mut Vec<u8>,
 ) -> Result<()> {
     out.clear();
-    if raw_len > BLOCK_BYTES_MAX {
-        return Err(Error::corrupt(format!(
-            "block {hash}: length {raw_len} is above the largest block, {BLOCK_BYTES_MAX}"
-        )));
-    }
+    check_stored_len(hash, raw_len)?;
     match codec {
         Codec::Raw => out.extend_from_slice(data),
         Codec::Zstd => {
@@ -194,6 +191,16 @@ pub fn decode_into(
         }
     }
     verify(hash, raw_len, out)
+}
+
+/// Refuses a stored length no block can have, before anything is reserved for it.
+fn check_stored_len(hash: &BlockHash, raw_len: usize) -> Result<()> {
+    if raw_len > BLOCK_BYTES_MAX {
+        return Err(Error::corrupt(format!(
+            "block {hash}: length {raw_len} is above the largest block, {BLOCK_BYTES_MAX}"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks decoded content against the length and hash it was stored under.
