@@ -189,36 +189,23 @@ fn trees(root: &Path) -> BTreeMap<String, Vec<String>> {
 /// client to connect), so a few side by side finish the corpus sooner on two cores.
 const SCRIPTS_AT_ONCE: usize = 3;
 
-/// `run` over every script, `SCRIPTS_AT_ONCE` at a time (each in a directory of its
-/// own), the results in the scripts' order.
+/// `run` over every script, the scripts shared out in order among `SCRIPTS_AT_ONCE`
+/// threads (each script has a directory of its own); the results in the scripts' order.
 fn run_on_workers<T: Send>(scripts: &[Script], run: impl Fn(&Script) -> T + Sync) -> Vec<T> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut ran: Vec<(usize, T)> = std::thread::scope(|workers| {
-        let handles: Vec<_> = (0..SCRIPTS_AT_ONCE)
-            .map(|_| {
-                workers.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(script) = scripts.get(i) else {
-                            return mine;
-                        };
-                        mine.push((i, run(script)));
-                    }
-                })
-            })
+    let share = scripts.len().div_ceil(SCRIPTS_AT_ONCE).max(1);
+    std::thread::scope(|workers| {
+        let shares: Vec<_> = scripts
+            .chunks(share)
+            .map(|mine| workers.spawn(|| mine.iter().map(&run).collect::<Vec<T>>()))
             .collect();
-        handles
+        shares
             .into_iter()
-            .flat_map(|h| h.join().expect("a worker's scripts"))
+            .flat_map(|share| share.join().expect("a share of the scripts"))
             .collect()
-    });
-    ran.sort_by_key(|(i, _)| *i);
-    assert_eq!(ran.len(), scripts.len());
-    ran.into_iter().map(|(_, result)| result).collect()
+    })
 }
 
-/// Every script of the corpus on the shell/// Every script of the corpus on the shell and on real bash in the Linux backend, each
+/// Every script of the corpus on the shell and on real bash in the Linux backend, each
 /// in its own copy of the fixtures (at the same path in two workspaces): stdout, exit
 /// code and the tree it leaves compared. The report lists every difference; set
 /// `SHELL_DIFFERENTIAL_REPORT=FILE` to keep it.

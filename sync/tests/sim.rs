@@ -27,10 +27,15 @@ const SEEDS_DEFAULT: u64 = 1000;
 
 /// Seeds of the commit's own range, the one CI runs beside the fixed sweep.
 const UNSWEPT_SEEDS_DEFAULT: u64 = 1000;
+
 /// Where the commits' ranges start: 2^40, far above any manual sweep.
 const UNSWEPT_BASE: u64 = 1 << 40;
 /// Room for each commit's range: 65,536 seeds, far more than a CI run sweeps.
 const UNSWEPT_STRIDE: u64 = 1 << 16;
+
+/// Fewer kept inputs than this means the corpus went missing, not that it shrank by a
+/// merge (402 when last merged).
+const KEPT_FUZZ_INPUTS_MIN: usize = 100;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -276,10 +281,6 @@ fn kept_fuzz_corpus_replays() {
         }
     }
 }
-
-/// Fewer kept inputs than this means the corpus went missing, not that it shrank by a
-/// merge (402 when last merged).
-const KEPT_FUZZ_INPUTS_MIN: usize = 100;
 
 /// The fuzz target's path: decisions read from bytes, a run ending when they do.
 #[test]

@@ -874,8 +874,6 @@ fn base_env(cmd: &mut Command) {
         .env("PYTHONDONTWRITEBYTECODE", "1");
 }
 
-/// Runs `cmd` with a timeout, capturing its output; kills its whole process group if it
-/// takes longer. Never panics on a non-zero status; panics on a timeout.
 /// How long an unmount that finds the mount busy is tried again. A process another test
 /// thread is starting holds a copy of this process's descriptors, those of files in
 /// this mount included, from its clone until its exec: a moment, but longer on a
@@ -900,6 +898,8 @@ fn umount_when_free(mnt: &Path) -> Output {
     }
 }
 
+/// Runs `cmd` with a timeout, capturing its output; kills its whole process group if it
+/// takes longer. Never panics on a non-zero status; panics on a timeout.
 pub fn run_cmd(cmd: &mut Command, what: &str, timeout: Duration) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
