@@ -163,6 +163,7 @@ impl Fs {
     /// path shows the old node or the new one, never neither.
     fn attr_of(&self, path: &str, follow: bool) -> Result<Attr> {
         let bytes = path_bytes(path)?;
+        let ended = self.ws.files().overlays_ended();
         let attr = self
             .ws
             .db()
@@ -172,7 +173,7 @@ impl Fs {
                 store::attr(conn, ino)
             })
             .map_err(|e| e.at(path))?;
-        Ok(self.ws.overlay(attr))
+        self.ws.overlaid(ended, attr).map_err(|e| e.at(path))
     }
 
     /// Whether `path` leads somewhere (following symlinks).

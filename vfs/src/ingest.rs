@@ -222,6 +222,7 @@ impl Workspace {
         // Deleted by the transaction, whichever way it went.
         *shadow = None;
         if outcome == IngestOutcome::Clean {
+            self.files().overlay_ended();
             state.dirty = false;
             state.size = size;
         }
@@ -300,6 +301,7 @@ impl Workspace {
         });
         for ((state, &clean), w) in states.iter_mut().zip(&clean).zip(&work) {
             if result.is_ok() && clean {
+                self.files().overlay_ended();
                 state.dirty = false;
                 state.size = w.size;
             }

@@ -298,6 +298,8 @@ pub(crate) struct OpenFiles {
     next_handle: AtomicU64,
     /// Buffered bytes of all open inodes together.
     dirty_total: AtomicUsize,
+    /// How many times an overlay stopped applying (see [`OpenFiles::overlays_ended`]).
+    overlays_ended: AtomicU64,
 }
 
 impl OpenFiles {
@@ -331,9 +333,26 @@ impl OpenFiles {
             .get(&open.ino)
             .is_some_and(|current| Arc::ptr_eq(current, open))
         {
+            // Counted before the state goes, under the lock a reader's `get` takes.
+            self.overlay_ended();
             inodes.remove(&open.ino);
         }
         true
+    }
+
+    /// How many times an overlay of attributes stopped applying: a buffered inode let
+    /// go after its commit, a staged file found clean after its ingestion. Each comes
+    /// after the database write that makes the overlay unneeded, so a reader that saw
+    /// this count unchanged from before its database read to after it laid the
+    /// overlays missed none (`Workspace::overlaid`).
+    pub(crate) fn overlays_ended(&self) -> u64 {
+        self.overlays_ended.load(Ordering::SeqCst)
+    }
+
+    /// Counts an overlay ending; called before the state that held it changes, and
+    /// under the lock through which readers see that state.
+    pub(crate) fn overlay_ended(&self) {
+        self.overlays_ended.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Whether `open` has no user besides the one asking (its own handle).

@@ -537,6 +537,7 @@ impl Workspace {
         };
         // Held from the change of the node to the staging file's times: an ingestion
         // commits under it, so none lands in between with the times it read before.
+        let ended = self.files().overlays_ended();
         let state = lock(&staged.state);
         let stored = if !rest.is_empty() || changes.size.is_some() {
             self.db()
@@ -559,7 +560,7 @@ impl Workspace {
         } else {
             drop(state);
         }
-        Ok((self.overlay(attr), perm))
+        Ok((self.overlaid(ended, attr)?, perm))
     }
 
     /// Replaces the whole content of a staged file (`Fs::write_file`), in its staging

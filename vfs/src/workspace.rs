@@ -394,6 +394,7 @@ impl Workspace {
     /// A caller needs search permission on `parent`.
     pub fn lookup(&self, who: Who<'_>, parent: InodeNo, name: &[u8]) -> Result<Attr> {
         let cred = who.cred();
+        let ended = self.inner.files.overlays_ended();
         let found = self.inner.db.read(|conn| {
             // The directory and the entry in one statement: a lookup is the commonest
             // request, and the directory's attributes are needed for the permission
@@ -412,7 +413,7 @@ impl Workspace {
                 None => Err(kind::NotFound()),
             }
         })?;
-        Ok(self.overlay(found))
+        self.overlaid(ended, found)
     }
 
     /// `access(2)`: whether `cred` may access `ino` as `want` says (nothing: whether it
@@ -439,17 +440,43 @@ impl Workspace {
 
     /// Attributes of node `ino`, including writes still buffered.
     pub fn getattr(&self, ino: InodeNo) -> Result<Attr> {
+        let ended = self.inner.files.overlays_ended();
         let attr = self.inner.db.read(|conn| store::attr(conn, ino))?;
-        Ok(self.overlay(attr))
+        self.overlaid(ended, attr)
+    }
+
+    /// [`Workspace::overlay`] for attributes read from the database after the count of
+    /// ended overlays was `ended_before`. An overlay can end between that read and the
+    /// laying (the file ingested or its buffer committed, then let go), which would
+    /// leave the older stored attributes bare: the kernel would take a written file's
+    /// size as it was before the write. So if any ended meanwhile, a file that got no
+    /// overlay is read again; its new stored attributes include what the overlay held.
+    pub(crate) fn overlaid(&self, ended_before: u64, attr: Attr) -> Result<Attr> {
+        let (attr, laid) = self.overlay_laid(attr);
+        if laid || attr.kind != FileKind::File || self.inner.files.overlays_ended() == ended_before
+        {
+            return Ok(attr);
+        }
+        match self.inner.db.read(|conn| store::attr(conn, attr.ino)) {
+            Ok(again) => Ok(self.overlay(again)),
+            // Removed since: the first answer stands, as for a request a moment earlier.
+            Err(Error::NotFound(_)) => Ok(attr),
+            Err(err) => Err(err),
+        }
     }
 
     /// Reflects buffered writes (size, mtime) in attributes read from the database.
-    pub(crate) fn overlay(&self, mut attr: Attr) -> Attr {
+    pub(crate) fn overlay(&self, attr: Attr) -> Attr {
+        self.overlay_laid(attr).0
+    }
+
+    /// [`Workspace::overlay`], and whether an overlay applied.
+    fn overlay_laid(&self, mut attr: Attr) -> (Attr, bool) {
         if attr.kind != FileKind::File {
-            return attr;
+            return (attr, false);
         }
         if self.staged_overlay(&mut attr) {
-            return attr;
+            return (attr, true);
         }
         if let Some(open) = self.inner.files.get(attr.ino) {
             let state = lock(&open.state);
@@ -459,9 +486,10 @@ impl Workspace {
                     attr.mtime = at;
                     attr.ctime = attr.ctime.max(at);
                 }
+                return (attr, true);
             }
         }
-        attr
+        (attr, false)
     }
 
     /// The whole committed content of file `ino` (`size` bytes), read in the caller's
@@ -506,14 +534,15 @@ impl Workspace {
         after: u64,
         limit: usize,
     ) -> Result<(Attr, Vec<(DirEntry, Attr)>)> {
+        let ended = self.inner.files.overlays_ended();
         let (dir_attr, entries) = self.inner.db.read(|conn| {
             let dir_attr = listable(conn, who, dir)?;
             Ok((dir_attr, store::list_plus(conn, dir, after, limit)?))
         })?;
         let entries = entries
             .into_iter()
-            .map(|(e, a)| (e, self.overlay(a)))
-            .collect();
+            .map(|(e, a)| Ok((e, self.overlaid(ended, a)?)))
+            .collect::<Result<_>>()?;
         Ok((dir_attr, entries))
     }
 
@@ -707,6 +736,7 @@ impl Workspace {
         let cred = who.cred();
         self.write_gate().pass()?;
         let now = self.now();
+        let ended = self.inner.files.overlays_ended();
         let attr = self.inner.db.write(|txn| {
             let attr = store::attr(txn, ino)?;
             // A caller's link is checked in the kernel's order: the source, then the
@@ -732,7 +762,7 @@ impl Workspace {
             store::touch_dir(txn, parent, 0, now)?;
             store::attr(txn, ino)
         })?;
-        Ok(self.overlay(attr))
+        self.overlaid(ended, attr)
     }
 
     /// Removes a non-directory entry. The node lives on while it has links or open handles.
@@ -1126,6 +1156,7 @@ impl Workspace {
                 let was = lock(&open.state).written_at.take();
                 (open, was)
             });
+        let ended = self.inner.files.overlays_ended();
         let stored = self
             .inner
             .db
@@ -1134,7 +1165,7 @@ impl Workspace {
             lock(&open.state).written_at.get_or_insert(was);
         }
         let (attr, perm) = stored?;
-        Ok((self.overlay(attr), perm))
+        Ok((self.overlaid(ended, attr)?, perm))
     }
 
     /// Truncates or extends an open inode to `size`, committing buffered writes with it.
@@ -2087,6 +2118,58 @@ mod tests {
             OpenFlags::READ_WRITE,
         )
         .unwrap()
+    }
+
+    /// A stored size read before a staged file's ingestion, laid over after it: the
+    /// overlay has ended by then, and the bare stored size is the one before the write.
+    #[test]
+    fn attributes_read_before_an_ingestion_are_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            staging_dir: Some(dir.path().join("ws.db.staging")),
+            ..Options::default()
+        };
+        let ws = Workspace::open(dir.path().join("ws.db"), options).unwrap();
+        let (attr, opened) = ws
+            .create_for_kernel(
+                Who::Trusted,
+                InodeNo::ROOT,
+                b"f",
+                NewNode::new(0o644),
+                OpenFlags::WRITE,
+                true,
+            )
+            .unwrap();
+        let staged = opened.staged.clone().expect("a new file is staged");
+        std::os::unix::fs::FileExt::write_all_at(staged.file(), b"written", 0).unwrap();
+        let ended = ws.inner.files.overlays_ended();
+        // Not ingested while a writer has it open.
+        let stored = ws.stored_attr(attr.ino).unwrap();
+        assert_eq!(stored.size, 0);
+        ws.release(opened.handle).unwrap();
+        ws.ingest(&staged).unwrap();
+        assert_eq!(ws.overlay(stored.clone()).size, 0, "the overlay has ended");
+        assert_eq!(ws.overlaid(ended, stored.clone()).unwrap().size, 7);
+        let unchanged = ws.inner.files.overlays_ended();
+        assert_eq!(
+            ws.overlaid(unchanged, stored).unwrap().size,
+            0,
+            "no second look"
+        );
+    }
+
+    /// The same for a buffered file committed and let go at its last close.
+    #[test]
+    fn attributes_read_before_a_buffered_files_release_are_read_again() {
+        let ws = Workspace::open_in_memory(Options::default()).unwrap();
+        let (attr, fh) = create_f(&ws);
+        ws.write(fh, 0, b"written").unwrap();
+        let ended = ws.inner.files.overlays_ended();
+        let stored = ws.stored_attr(attr.ino).unwrap();
+        assert_eq!(stored.size, 0);
+        ws.release(fh).unwrap();
+        assert_eq!(ws.overlay(stored.clone()).size, 0, "the overlay has ended");
+        assert_eq!(ws.overlaid(ended, stored.clone()).unwrap().size, 7);
     }
 
     #[test]
