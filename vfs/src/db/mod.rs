@@ -583,6 +583,27 @@ impl Writer {
         Ok(())
     }
 
+    /// Undoes the mutation in progress, which failed with `cause` (or panicked): back
+    /// to its savepoint, so that the batch's other mutations stay; or, without batching
+    /// or if SQLite already rolled back the whole transaction (a full disk, an I/O
+    /// error), the whole transaction, halting the writer if it held answered ones.
+    fn undo_mutation(&mut self, batching: bool, cause: &Error) {
+        let undone = !self.conn.is_autocommit()
+            && run_cached(&self.conn, "ROLLBACK TO mutation")
+                .and_then(|()| run_cached(&self.conn, "RELEASE mutation"))
+                .is_ok();
+        if batching && undone {
+            return;
+        }
+        // Nothing else is in the transaction without batching; with it, a failed undo
+        // leaves no choice.
+        let lost = self.batch.take().map_or(0, |batch| batch.mutations);
+        let _ = self.conn.execute_batch("ROLLBACK");
+        if lost > 0 {
+            self.halt(lost, cause);
+        }
+    }
+
     /// `lost` answered mutations were undone by `cause`. Going on would build on a state
     /// the kernel and every caller believe gone (the inode numbers of the lost creates
     /// would even be handed out again), so the writer takes no more changes.
@@ -1216,7 +1237,7 @@ impl Db {
         // Block data the mutation stored, kept even if it fails: a savepoint rolled back
         // leaves the pages it reused dirty, and the batch's commit writes them all the same.
         let mut written = 0u64;
-        let result = (|| {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut txn = WriteTxn {
                 conn: &w.conn,
                 revision: Revision(state.revision.0 + 1),
@@ -1236,7 +1257,16 @@ impl Db {
             let out = out?;
             let state = txn.finish()?;
             Ok((out, state))
-        })();
+        }));
+        let result = match result {
+            Ok(result) => result,
+            Err(panic) => {
+                // Half a mutation must not reach the batch's commit: undone here, the
+                // panic goes on to its thread as before.
+                w.undo_mutation(batching, &Error::halted("a change failed half-way"));
+                std::panic::resume_unwind(panic);
+            }
+        };
         self.progress.finished.fetch_add(1, Ordering::SeqCst);
         match result {
             Ok((out, state)) => {
@@ -1258,27 +1288,13 @@ impl Db {
                 Ok(out)
             }
             Err(err) => {
-                // SQLite answers some failures (a full disk, an I/O error) by rolling
-                // back the whole transaction, the batch's earlier mutations with it.
-                let undone = !w.conn.is_autocommit()
-                    && run_cached(&w.conn, "ROLLBACK TO mutation")
-                        .and_then(|()| run_cached(&w.conn, "RELEASE mutation"))
-                        .is_ok();
                 if let Some(batch) = w.batch.as_mut() {
                     batch.written = batch
                         .written
                         .saturating_add(written)
                         .saturating_add(METADATA_BYTES_PER_MUTATION);
                 }
-                if !batching || !undone {
-                    // Nothing else is in the transaction without batching; with it, a
-                    // failed undo leaves no choice.
-                    let lost = w.batch.take().map_or(0, |batch| batch.mutations);
-                    let _ = w.conn.execute_batch("ROLLBACK");
-                    if lost > 0 {
-                        w.halt(lost, &err);
-                    }
-                }
+                w.undo_mutation(batching, &err);
                 Err(err)
             }
         }
@@ -1533,7 +1549,13 @@ fn in_read_txn<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -
             .and_then(|mut stmt| stmt.execute([]))
     };
     run("BEGIN").ctx("starting a read")?;
-    let out = f(conn);
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn))).unwrap_or_else(
+        |panic| {
+            // Left open, the transaction would hold the next writer's `BEGIN` off.
+            let _ = run("ROLLBACK");
+            std::panic::resume_unwind(panic)
+        },
+    );
     let ended = run(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
     let out = out?;
     ended.ctx("ending a read")?;
@@ -1873,8 +1895,8 @@ mod tests {
 
     const DELAY: Duration = Duration::from_millis(25);
 
-    fn batching_db(dir: &Path) -> Db {
-        let options = DbOptions {
+    fn batching_db_options() -> DbOptions {
+        DbOptions {
             commit_delay: Some(DELAY),
             create: true,
             read_only: false,
@@ -1883,8 +1905,13 @@ mod tests {
             disk_reserve_bytes: 0,
             no_other_writer: true,
             bulk_load: false,
-        };
-        Db::open(&dir.join("ws.db"), &options).unwrap().0
+        }
+    }
+
+    fn batching_db(dir: &Path) -> Db {
+        Db::open(&dir.join("ws.db"), &batching_db_options())
+            .unwrap()
+            .0
     }
 
     fn revision(db: &Db) -> u64 {
@@ -1895,6 +1922,66 @@ mod tests {
     fn holds_read(db: &Db) -> bool {
         let w = crate::base::lock(&db.writer);
         w.held_read.is_some() && !w.conn.is_autocommit()
+    }
+
+    fn meta_keys(db: &Db) -> Vec<String> {
+        db.read_latest(|conn| {
+            let mut stmt = conn
+                .prepare("SELECT key FROM meta WHERE key IN ('half', 'whole')")
+                .ctx("test")?;
+            let keys = stmt.query_map([], |row| row.get(0)).ctx("test")?;
+            keys.collect::<rusqlite::Result<Vec<String>>>().ctx("test")
+        })
+        .unwrap()
+    }
+
+    /// A mutation that panics half-way leaves nothing in the batch the next one
+    /// commits, and takes no revision.
+    #[test]
+    fn a_mutation_that_panics_is_undone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = batching_db(dir.path());
+        let before = revision(&db);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            db.write(|txn| -> Result<()> {
+                txn.execute("INSERT INTO meta VALUES ('half', 1)", [])
+                    .ctx("test")?;
+                panic!("half-way");
+            })
+        }));
+        assert!(panicked.is_err());
+        db.write(|txn| {
+            txn.execute("INSERT INTO meta VALUES ('whole', 1)", [])
+                .ctx("test")?;
+            Ok(())
+        })
+        .unwrap();
+        db.commit().unwrap();
+        assert_eq!(meta_keys(&db), ["whole"]);
+        assert_eq!(revision(&db), before + 1);
+    }
+
+    /// A read that panics does not leave its transaction open on the writer, where the
+    /// next mutation could not begin.
+    #[test]
+    fn a_read_that_panics_ends_its_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = DbOptions {
+            commit_delay: None,
+            ..batching_db_options()
+        };
+        let db = Db::open(&dir.path().join("ws.db"), &options).unwrap().0;
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            db.read_latest(|_| -> Result<()> { panic!("half-way") })
+        }));
+        assert!(panicked.is_err());
+        db.write(|txn| {
+            txn.execute("INSERT INTO meta VALUES ('whole', 1)", [])
+                .ctx("test")?;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(meta_keys(&db), ["whole"]);
     }
 
     #[test]
