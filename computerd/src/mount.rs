@@ -532,7 +532,7 @@ fn serve_until_unmounted(
     runtimes: &RuntimesSlot,
     mountpoint: &Path,
 ) -> anyhow::Result<()> {
-    let mounted_at = resolved(mountpoint);
+    let mounted_at = computer_vfs::real_path(mountpoint);
     wake_when_mounts_change();
     loop {
         // Else woken by LOOK_AGAIN, or by none within UNMOUNT_POLL: look.
@@ -595,7 +595,7 @@ fn take_ownership(
     mountpoint: &Path,
 ) -> anyhow::Result<Option<OwnerLock>> {
     let holder = Holder::me(Role::Mount {
-        mountpoint: resolved(mountpoint),
+        mountpoint: computer_vfs::real_path(mountpoint),
         replica: args.remote.remote.is_some(),
     });
     match OwnerLock::acquire(db, holder, args.read_only, Holder::will_leave)? {
@@ -647,19 +647,6 @@ impl Drop for MadeDir {
             // Only if still empty: whatever someone put there stays.
             let _ = std::fs::remove_dir(dir);
         }
-    }
-}
-
-/// `path` as the mount table will list it: absolute, symlinks resolved as far as it
-/// exists yet.
-fn resolved(path: &Path) -> PathBuf {
-    if let Ok(real) = std::fs::canonicalize(path) {
-        return real;
-    }
-    let absolute = std::path::absolute(path).unwrap_or(path.to_owned());
-    match (absolute.parent(), absolute.file_name()) {
-        (Some(parent), Some(name)) => resolved(parent).join(name),
-        _ => absolute,
     }
 }
 
@@ -752,9 +739,10 @@ fn wait_signal(set: &nix::sys::signal::SigSet, timeout: Duration) -> Option<i32>
     (signal > 0).then_some(signal)
 }
 
-/// Where the staging files of the workspace at `db` live: beside it, on the same disk.
+/// Where the staging files of the workspace at `db` live: beside the file SQLite
+/// opens, on the same disk, whatever name of it `db` is.
 pub fn staging_dir(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
+    let mut name = computer_vfs::real_path(db).into_os_string();
     name.push(".staging");
     PathBuf::from(name)
 }

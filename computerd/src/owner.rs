@@ -38,9 +38,11 @@ const RETRY_INTERVAL: Duration = Duration::from_millis(20);
 /// The longest owner file read: a few short lines.
 const OWNER_FILE_BYTES_MAX: u64 = 16 << 10;
 
-/// Where the owner lock of the database at `db` lives.
+/// Where the owner lock of the database at `db` lives: beside the file SQLite opens,
+/// so that every name of one database (a symbolic link, a relative path) finds one
+/// lock.
 pub fn owner_path(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
+    let mut name = computer_vfs::real_path(db).into_os_string();
     name.push(".owner");
     PathBuf::from(name)
 }

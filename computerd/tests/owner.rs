@@ -88,6 +88,35 @@ fn file_commands_on_a_mounted_database_run_in_the_mount() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/missing: no such file"));
 }
 
+/// A symbolic link to a mounted database, or a path through a linked directory, names
+/// the same database to SQLite, so it names the same owner: the command runs in the
+/// mount and reads what the mount has not checkpointed yet, and a second mount
+/// through the link is refused.
+#[test]
+fn every_name_of_a_mounted_database_finds_its_owner() {
+    let m = Mount::new();
+    std::fs::write(m.path("a"), b"through the mount\n").unwrap();
+    let link = m.root.join("link.db");
+    std::os::unix::fs::symlink(&m.db, &link).unwrap();
+    let linked_dir = m.root.join("linked-dir");
+    std::os::unix::fs::symlink(m.db.parent().unwrap(), &linked_dir).unwrap();
+    let via_dir = linked_dir.join(m.db.file_name().unwrap());
+    for name in [&link, &via_dir] {
+        assert_eq!(
+            common::fs_db_ok(name, &["cat", "/a"], b""),
+            b"through the mount\n"
+        );
+        common::fs_db_ok(name, &["write", "/b"], b"through the link\n");
+        assert_eq!(std::fs::read(m.path("b")).unwrap(), b"through the link\n");
+    }
+    let second = m.root.join("second");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("mount").arg(&link).arg(&second).arg("--daemon");
+    let out = run_cmd(&mut cmd, "a mount through a link", Duration::from_secs(60));
+    assert!(!out.status.success(), "a second mount through a link ran");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("pid {}", m.pid())));
+}
+
 #[test]
 fn writes_through_the_mount_and_the_command_race_without_loss() {
     let m = Mount::new();

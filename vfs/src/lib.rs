@@ -53,6 +53,7 @@ pub use access::{
     S_ISVTX,
 };
 pub use audit::{AuditRecord, AUDIT_BODY_BYTES_MAX, AUDIT_RECORDS_MAX};
+pub use base::real_path;
 pub use block::{BlockHash, Codec, HASH_LEN};
 pub use changes::{
     cursor_at_or_after, file_blocks, order_key, BlockRef, ChangeEntry, ChangePage, Cursor,

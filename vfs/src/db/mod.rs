@@ -1066,6 +1066,8 @@ fn roll_back_hot_journal(path: &Path) -> Result<()> {
 
 impl Db {
     pub fn open(path: &Path, options: &DbOptions) -> Result<(Db, DbInfo)> {
+        // What SQLite opens: its log and journal lie beside the link's target.
+        let path = &crate::base::real_path(path);
         let exists = path.exists();
         if !exists && !options.create {
             return Err(Error::io(
