@@ -20,7 +20,7 @@ use crate::content::{self, ContentCtx, Extent};
 use crate::db::WriteTxn;
 use crate::error::{Error, Result};
 use crate::staged_rows;
-use crate::staging::StagedFile;
+use crate::staging::{StagedFile, StagedState};
 use crate::store;
 use crate::types::{FileKind, InodeNo, NewNode, TimestampNs};
 use crate::workspace::Workspace;
@@ -229,6 +229,25 @@ impl Workspace {
         Ok(outcome)
     }
 
+    /// After the commit of an ingestion of several files (`committed`: it succeeded),
+    /// each of `states` ingested clean at the size `stored` gives (`None`: changed
+    /// while read) is clean, and each may be ingested again.
+    fn end_ingesting(
+        &self,
+        states: &mut [std::sync::MutexGuard<'_, StagedState>],
+        stored: impl Iterator<Item = Option<u64>>,
+        committed: bool,
+    ) {
+        for (state, stored) in states.iter_mut().zip(stored) {
+            if let Some(size) = stored.filter(|_| committed) {
+                self.files().overlay_ended();
+                state.dirty = false;
+                state.size = size;
+            }
+            state.ingesting = false;
+        }
+    }
+
     /// Ingests several small staged files (each at most [`SMALL_FILE_BYTES`]) in one
     /// transaction: a build or `git checkout` writes thousands of them.
     pub(crate) fn ingest_small(&self, files: &[Arc<StagedFile>]) -> Result<()> {
@@ -299,14 +318,11 @@ impl Workspace {
             }
             Ok(())
         });
-        for ((state, &clean), w) in states.iter_mut().zip(&clean).zip(&work) {
-            if result.is_ok() && clean {
-                self.files().overlay_ended();
-                state.dirty = false;
-                state.size = w.size;
-            }
-            state.ingesting = false;
-        }
+        let stored = work
+            .iter()
+            .zip(clean)
+            .map(|(w, clean)| clean.then_some(w.size));
+        self.end_ingesting(&mut states, stored, result.is_ok());
         result
     }
 
