@@ -88,6 +88,37 @@ fn file_commands_on_a_mounted_database_run_in_the_mount() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/missing: no such file"));
 }
 
+/// An append by the command to a file the mount wrote a moment ago goes into its
+/// staging file and takes no revision until the file is ingested; the kernel must
+/// still forget the size and pages it holds, or the next write through the mount,
+/// placed at the old end, would overwrite what the command added.
+#[test]
+fn an_append_by_the_command_to_a_staged_file_reaches_the_kernel() {
+    // With the kernel opening files itself, nothing asks the daemon at the next open.
+    for args in [&[][..], &["--cached-opens"][..]] {
+        appends_by_the_command_reach_the_kernel(&Mount::with_args(args));
+    }
+}
+
+fn appends_by_the_command_reach_the_kernel(m: &Mount) {
+    for round in 0..3 {
+        let name = format!("log{round}");
+        std::fs::write(m.path(&name), b"one\n").unwrap();
+        assert_eq!(std::fs::read(m.path(&name)).unwrap(), b"one\n");
+        m.fs_ok(&["write", "--append", &format!("/{name}")], b"two\n");
+        assert_eq!(
+            std::fs::read(m.path(&name)).unwrap(),
+            b"one\ntwo\n",
+            "round {round}"
+        );
+        m.sh(&format!("echo three >> {name}"));
+        assert_eq!(
+            m.fs_ok(&["cat", &format!("/{name}")], b""),
+            b"one\ntwo\nthree\n"
+        );
+    }
+}
+
 /// A symbolic link to a mounted database, or a path through a linked directory, names
 /// the same database to SQLite, so it names the same owner: the command runs in the
 /// mount and reads what the mount has not checkpointed yet, and a second mount

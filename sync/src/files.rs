@@ -124,11 +124,13 @@ impl WriteStream {
                     self.path
                 )))
             }
-            Some(Target::Replace(replacement)) => replacement.commit(),
-            Some(Target::Append { fh, base, .. }) => self.finish_append(fh, base),
+            Some(Target::Replace(replacement)) => replacement.commit().map(|size| (size, false)),
+            Some(Target::Append { fh, base, wrote }) => {
+                self.finish_append(fh, base).map(|size| (size, wrote))
+            }
         };
-        let size = committed.map_err(|e| Error::file(&e))?;
-        self.tell_changed();
+        let (size, appended) = committed.map_err(|e| Error::file(&e))?;
+        self.tell_changed(appended);
         Ok(size)
     }
 
@@ -147,10 +149,18 @@ impl WriteStream {
             .map_err(|e| e.at(&self.path))
     }
 
-    fn tell_changed(&self) {
-        if let Some(changed) = &self.changed {
-            tell_changed(&self.ws, self.before, changed);
+    /// Tells the observer what the stream changed: what the change log holds since it
+    /// opened, and the path itself if it `appended` to it. An append to a file a mount
+    /// has open for writing goes into that file's staging file and takes no revision
+    /// until the file is ingested, which tells nobody: the log may hold nothing yet.
+    fn tell_changed(&self, appended: bool) {
+        let Some(changed) = &self.changed else {
+            return;
+        };
+        if appended {
+            changed(&[self.path.as_bytes().to_vec()]);
         }
+        tell_changed(&self.ws, self.before, changed);
     }
 }
 
@@ -163,7 +173,7 @@ impl Drop for WriteStream {
                 tracing::warn!("{}: closing an abandoned append: {err}", self.path);
             }
             if wrote {
-                self.tell_changed();
+                self.tell_changed(true);
             }
         }
     }
