@@ -211,9 +211,11 @@ enum ReadMode {
     /// index, which SQLite creates beside the database (`-wal`, `-shm`) if missing.
     Shared,
     /// As a file nobody changes (SQLite's `immutable`): no locks, no log, nothing
-    /// created beside it. Chosen when the log holds nothing and nobody can write the
+    /// created beside it. Chosen when the log holds nothing and nobody writes the
     /// database meanwhile: the caller holds its owner lock, or its directory cannot be
-    /// written (read-only media, where no writer could make a log either).
+    /// written by this user and no writer is at work (a writer in WAL mode keeps the
+    /// log's index, `-shm`, beside the database while it runs, even with the log
+    /// emptied by a checkpoint).
     Immutable,
 }
 
@@ -224,12 +226,30 @@ impl ReadMode {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
             Err(err) => return Err(Error::io(wal_path(path).display().to_string(), err)),
         };
-        let writable = dir_is_writable(path);
-        if wal_bytes > 0 && !writable && !sibling(path, "-shm").exists() {
+        let beside = Beside {
+            wal_bytes,
+            index_exists: sibling(path, "-shm").exists(),
+            dir_writable: dir_is_writable(path),
+        };
+        ReadMode::choose(beside, no_other_writer)
+    }
+
+    /// The mode for a database with `beside` it, `no_other_writer` if the caller holds
+    /// its owner lock.
+    fn choose(beside: Beside, no_other_writer: bool) -> Result<ReadMode> {
+        let Beside {
+            wal_bytes,
+            index_exists,
+            dir_writable,
+        } = beside;
+        if wal_bytes > 0 && !dir_writable && !index_exists {
             // SQLite needs the log's index to read the log, and cannot make one here.
             return Err(Error::UnreadableLog(ErrorPath::none()));
         }
-        Ok(if wal_bytes == 0 && (no_other_writer || !writable) {
+        // Beside a writer whose log is empty (checkpointed), SQLite reads the index it
+        // keeps even where this user cannot write it.
+        let unwritten = no_other_writer || (!dir_writable && !index_exists);
+        Ok(if wal_bytes == 0 && unwritten {
             ReadMode::Immutable
         } else {
             ReadMode::Shared
@@ -247,6 +267,17 @@ impl ReadMode {
             ),
         }
     }
+}
+
+/// What lies beside a database file when a reader opens it.
+#[derive(Clone, Copy, Debug)]
+struct Beside {
+    /// The size of its log (`-wal`), 0 if there is none.
+    wal_bytes: u64,
+    /// Whether the log's index (`-shm`) exists.
+    index_exists: bool,
+    /// Whether this user can create files in its directory.
+    dir_writable: bool,
 }
 
 /// Whether files can be created in the directory holding `path` (false on read-only
@@ -1924,6 +1955,34 @@ mod tests {
     fn holds_read(db: &Db) -> bool {
         let w = crate::base::lock(&db.writer);
         w.held_read.is_some() && !w.conn.is_autocommit()
+    }
+
+    /// A reader that cannot write the database's directory reads it as immutable only
+    /// while no writer is at work; beside one whose log a checkpoint emptied (its
+    /// index still there) it reads through the log.
+    #[test]
+    fn a_reader_reads_beside_a_writer_whatever_it_may_write() {
+        let choose = |wal_bytes, index_exists, dir_writable, no_other_writer| {
+            let beside = Beside {
+                wal_bytes,
+                index_exists,
+                dir_writable,
+            };
+            ReadMode::choose(beside, no_other_writer).map_err(|e| e.errno())
+        };
+        use ReadMode::{Immutable, Shared};
+        // The owner lock held: nobody else writes.
+        assert_eq!(choose(0, true, true, true), Ok(Immutable));
+        assert_eq!(choose(0, true, false, true), Ok(Immutable));
+        assert_eq!(choose(4096, true, true, true), Ok(Shared));
+        // No lock: a writable directory lets SQLite make what it needs.
+        assert_eq!(choose(0, false, true, false), Ok(Shared));
+        assert_eq!(choose(0, true, true, false), Ok(Shared));
+        // A directory this user cannot write: a writer at work keeps its index.
+        assert_eq!(choose(0, true, false, false), Ok(Shared));
+        assert_eq!(choose(4096, true, false, false), Ok(Shared));
+        assert_eq!(choose(0, false, false, false), Ok(Immutable));
+        assert!(choose(4096, false, false, false).is_err());
     }
 
     fn meta_keys(db: &Db) -> Vec<String> {
