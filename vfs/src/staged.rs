@@ -27,7 +27,7 @@ use crate::error::{kind, Error, Result};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
 use crate::open_files::{Body, FileHandle, OpenFlags, OpenHandle};
 use crate::staged_rows;
-use crate::staging::{StagedFile, StagedState, Staging, POOL_LOW};
+use crate::staging::{Doom, StagedFile, StagedState, Staging, POOL_LOW};
 use crate::store;
 use crate::types::*;
 use crate::workspace::{ReadTarget, Workspace};
@@ -661,7 +661,7 @@ impl Workspace {
                 .is_ok_and(|meta| meta.len() >= DOOMED_LARGE_BYTES);
             let doomed = {
                 let mut doomed = lock(&staging.doomed);
-                doomed.push(staged);
+                doomed.push((staged, Doom::Deleted));
                 doomed.len()
             };
             // Recycling is the worker's; wake it for a batch, a large file, or when
@@ -695,7 +695,7 @@ impl Workspace {
             // Clean: nothing in the database binds it, so dropping it from memory is
             // all there is (and stays right if the transaction rolls back).
             if let Some(staged) = entries.remove(&ino) {
-                lock(&staging.doomed).push(staged);
+                lock(&staging.doomed).push((staged, Doom::Replaced));
                 staging.wake_now();
             }
         }
@@ -930,28 +930,53 @@ impl Workspace {
         }
     }
 
-    /// Recycles the staging files of deleted nodes (which empties them: their space goes
-    /// back to the disk).
+    /// Recycles the staging files of deleted nodes and of content replication replaced
+    /// (which empties them: their space goes back to the disk).
     fn recycle_doomed(&self, staging: &Staging) {
         let doomed = {
             let mut doomed = lock(&staging.doomed);
             staging.recycling.fetch_add(doomed.len(), Ordering::SeqCst);
             std::mem::take(&mut *doomed)
         };
-        for staged in doomed {
-            // Reads see the open batch, so a deletion not yet committed counts.
-            let exists = self
-                .db()
-                .read(|conn| Ok(store::load_attr(conn, staged.ino)?.is_some()));
+        if doomed.is_empty() {
+            return;
+        }
+        // After this, a deletion still running has finished (it holds the writer) and
+        // is committed: the node's absence below is what a crash would leave.
+        let durable = self.unbindings_durable();
+        for (staged, doom) in doomed {
+            let exists = match doom {
+                _ if !durable => Err(()),
+                Doom::Replaced => Ok(false),
+                Doom::Deleted => (self.db())
+                    .read(|conn| Ok(store::load_attr(conn, staged.ino)?.is_some()))
+                    .map_err(drop),
+            };
             match exists {
                 Ok(false) => recycle(staging, staged),
                 // The deletion was rolled back: the node keeps its staging file.
                 Ok(true) => {
                     lock(&staging.entries).entry(staged.ino).or_insert(staged);
                 }
-                Err(_) => lock(&staging.doomed).push(staged),
+                Err(()) => lock(&staging.doomed).push((staged, doom)),
             }
             staging.recycling.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Makes durable every transaction that let go of a staging file (an ingestion that
+    /// unbound it, a deletion) before any such file is emptied and handed to another
+    /// node: those transactions sit in the open batch for a while, and a crash before
+    /// they are durable brings back a `staged` row bound to the file, whose content
+    /// the next open would then take for the node's. False (logged) if the store
+    /// cannot commit; the files wait for the next round.
+    fn unbindings_durable(&self) -> bool {
+        match self.db().sync() {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!("staging files wait to be recycled: {err}");
+                false
+            }
         }
     }
 
@@ -1023,6 +1048,21 @@ impl Workspace {
         // is deleted, which leaves the pool to create another (costly on a busy ext4).
         drop(small);
         self.recycle_doomed(staging);
+        self.evict(staging);
+        // Deletions and evictions refill the pool; top it up only when they did not.
+        if staging.pool_len() < staging.pool_target() {
+            if let Err(err) = staging.refill(staging.pool_target()) {
+                tracing::warn!("failed to refill the staging pool: {err}");
+            }
+        }
+    }
+}
+
+impl Workspace {
+    /// Recycles the clean staging files past the cache's bound, once the ingestions
+    /// that unbound them are durable.
+    fn evict(&self, staging: &Staging) {
+        let mut evicted = Vec::new();
         for staged in staging.eviction_candidates() {
             let mut entries = lock(&staging.entries);
             // Still this node's file? A deletion since the snapshot moved it to the
@@ -1036,15 +1076,23 @@ impl Workspace {
             if current && state.users == 0 && !state.dirty && !state.ingesting {
                 entries.remove(&staged.ino);
                 drop(state);
-                drop(entries);
-                recycle(staging, staged);
+                evicted.push(staged);
             }
         }
-        // Deletions and evictions refill the pool; top it up only when they did not.
-        if staging.pool_len() < staging.pool_target() {
-            if let Err(err) = staging.refill(staging.pool_target()) {
-                tracing::warn!("failed to refill the staging pool: {err}");
-            }
+        if evicted.is_empty() {
+            return;
+        }
+        if self.unbindings_durable() {
+            evicted
+                .into_iter()
+                .for_each(|staged| recycle(staging, staged));
+            return;
+        }
+        // Clean and unused: the node's again as it was (unless staged anew meanwhile,
+        // when this file is left for the next open's sweep of leftovers).
+        let mut entries = lock(&staging.entries);
+        for staged in evicted {
+            entries.entry(staged.ino).or_insert(staged);
         }
     }
 }

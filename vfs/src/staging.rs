@@ -202,6 +202,17 @@ pub struct PoolFile {
     file: File,
 }
 
+/// Why a staging file left its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Doom {
+    /// The node is being deleted: if the deletion is undone, the file is the node's
+    /// again.
+    Deleted,
+    /// Replication replaces the node's content: the file, clean, caches content that
+    /// is going away, and never comes back.
+    Replaced,
+}
+
 /// The staging directory and the files in it.
 ///
 /// Lock order: `entries`, then a file's `state`, then the database writer. `entries` is
@@ -224,8 +235,9 @@ pub(crate) struct Staging {
     pub(crate) entries: Mutex<HashMap<InodeNo, Arc<StagedFile>>>,
     /// Serialises the creation of staged files (materialisation included).
     pub(crate) create_lock: Mutex<()>,
-    /// Entries whose node was deleted; recycled once the deletion is committed.
-    pub(crate) doomed: Mutex<Vec<Arc<StagedFile>>>,
+    /// Entries let go of by a deletion or a replacement of their content; recycled once
+    /// what let go of them is durable.
+    pub(crate) doomed: Mutex<Vec<(Arc<StagedFile>, Doom)>>,
     /// Doomed entries taken by the worker and not recycled yet: their space is on its
     /// way back to the disk.
     pub(crate) recycling: AtomicUsize,

@@ -917,3 +917,89 @@ fn crash_recovery() {
         }
     }
 }
+
+// =====================================================================================
+// A staging file recycled before its unbinding is durable
+// =====================================================================================
+
+const RECYCLE_CHILD_ENV: &str = "VFS_RECYCLE_CHILD_DB";
+
+/// As a mount opens the store: batched commits, staging on.
+fn batching_staged(db: &Path) -> Options {
+    Options {
+        commit_delay: Some(Duration::from_secs(10)),
+        ..Mode::Staged.options(db)
+    }
+}
+
+/// The child's side of [`an_fsynced_file_survives_the_recycling_of_its_staging_file`].
+#[test]
+fn recycle_child() {
+    let Ok(db) = std::env::var(RECYCLE_CHILD_ENV) else {
+        return;
+    };
+    let ws = Workspace::open(&db, batching_staged(Path::new(&db))).unwrap();
+    let write = |name: &[u8], content: &[u8], sync: bool| {
+        let (_, opened) = ws
+            .create_for_kernel(
+                Who::Trusted,
+                computer_vfs::InodeNo::ROOT,
+                name,
+                NewNode::new(0o644),
+                OpenFlags::WRITE,
+                true,
+            )
+            .unwrap();
+        let staged = opened.staged.as_ref().expect("staging is on");
+        staged.file().write_all_at(content, 0).unwrap();
+        if sync {
+            ws.fsync(opened.handle, false).unwrap();
+        }
+        ws.release(opened.handle).unwrap();
+    };
+    write(b"f", b"fsynced", true);
+    // The worker ingests `f` a second after its release and recycles its small staging
+    // file; the next create takes that file from the pool.
+    std::thread::sleep(Duration::from_millis(2500));
+    write(b"g", b"another file's bytes", false);
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A file fsync'd through its staging file and ingested in a batch not yet committed:
+/// its staging file must not be emptied and handed to another file before that batch
+/// is durable, or a crash brings back the binding and the next open ingests the other
+/// file's bytes (or none) as this file's content.
+#[test]
+fn an_fsynced_file_survives_the_recycling_of_its_staging_file() {
+    if std::env::var(RECYCLE_CHILD_ENV).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ws.db");
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "recycle_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(RECYCLE_CHILD_ENV, &db)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let ready = stdout
+        .lines()
+        .map_while(|line| line.ok())
+        .any(|l| l.ends_with("READY"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(ready, "the child ended before it was ready");
+    let ws = Workspace::open(&db, batching_staged(&db)).unwrap();
+    assert_eq!(ws.fs().read_file("/f").unwrap(), b"fsynced");
+    assert!(ws.check().unwrap().problems.is_empty());
+}
