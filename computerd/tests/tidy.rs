@@ -36,7 +36,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("sync/src/sim/audit.rs", "check_cursors", 93),
     ("vfs/src/transfer.rs", "copy_tree", 92),
     ("vfs/src/check.rs", "check_namespace", 92),
-    ("vfs/src/changes.rs", "apply_entry", 89),
+    ("vfs/src/changes.rs", "apply_entry", 87),
     ("sync/src/sim/replicas.rs", "attempt_ended", 88),
     ("vfs/src/check.rs", "check_blocks", 74),
     ("vfs/src/resolve.rs", "resolve_in", 79),

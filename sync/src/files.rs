@@ -106,8 +106,13 @@ impl WriteStream {
                 .write_at(offset, data)
                 .map_err(|e| Error::file(&e)),
             Some(Target::Append { fh, base, wrote }) => {
+                // A peer's offset: past the largest offset, refused rather than wrapped
+                // onto the file's start.
+                let at = base.checked_add(offset).ok_or_else(|| {
+                    computer_vfs::Error::FileTooBig(computer_vfs::ErrorPath::of(&self.path))
+                });
                 *wrote = true;
-                write_all_at(&self.ws, *fh, *base + offset, data)
+                at.and_then(|at| write_all_at(&self.ws, *fh, at, data))
                     .map_err(|e| Error::file(&e.at(&self.path)))
             }
         };
@@ -358,5 +363,23 @@ pub(crate) fn grep_answer(
     crate::Bounded {
         items: matches,
         complete,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer's offset that would wrap past the largest file offset is refused, not
+    /// written over the file's start.
+    #[test]
+    fn an_append_offset_past_the_largest_is_refused() {
+        let ws = Workspace::open_in_memory(computer_vfs::Options::default()).unwrap();
+        ws.fs().write_file("/f", b"kept").unwrap();
+        let stream = WriteStream::open(&ws, "/f", true, &FileStreams::default()).unwrap();
+        let wrapping = u64::MAX - 1;
+        assert!(stream.write_at(wrapping, b"over").is_err());
+        stream.commit().unwrap();
+        assert_eq!(ws.fs().read_file("/f").unwrap(), b"kept");
     }
 }

@@ -19,7 +19,7 @@ use rusqlite::Connection;
 use crate::block::{BlockHash, EncodedBlock};
 use crate::content::{self, Extent};
 use crate::db::WriteTxn;
-use crate::error::{Error, Result};
+use crate::error::{kind, Error, Result};
 use crate::loose_blocks;
 use crate::store;
 use crate::types::*;
@@ -328,6 +328,18 @@ fn block_refs(conn: &Connection, ino: InodeNo) -> Result<Vec<BlockRef>> {
     Ok(out)
 }
 
+/// Refuses an entry no change here could have made: a relative path, a file past the
+/// largest size (a peer's size is stored as the node's).
+fn check_entry(ws: &Workspace, entry: &ChangeEntry) -> Result<()> {
+    if entry.path.first() != Some(&b'/') {
+        return Err(Error::invalid("change entry path is not absolute"));
+    }
+    if matches!(&entry.state, EntryState::File { size, .. } if *size > ws.file_size_max()) {
+        return Err(kind::FileTooBig());
+    }
+    Ok(())
+}
+
 /// Applies one entry; returns whether anything changed.
 fn apply_entry(
     ws: &Workspace,
@@ -337,10 +349,8 @@ fn apply_entry(
     supplied: &HashMap<BlockHash, &StoredBlock>,
     now: TimestampNs,
 ) -> Result<bool> {
+    check_entry(ws, entry)?;
     let path = &entry.path;
-    if path.first() != Some(&b'/') {
-        return Err(Error::invalid("change entry path is not absolute"));
-    }
     let existing = resolve_literal(txn, path)?.and_then(|(_, _, ino)| ino);
     if path == b"/" {
         if let EntryState::Directory { perm, mtime } = &entry.state {
@@ -469,7 +479,11 @@ fn replace_file(
     let mut offset = 0u64;
     for block in blocks {
         if !block.is_hole() {
-            let id = match content::retain_by_hash(txn, &block.hash)? {
+            if block.len == 0 {
+                return Err(Error::corrupt(format!("block {} is empty", block.hash)));
+            }
+            // A stored block's length is its own, whatever the peer says.
+            let id = match content::retain_by_hash_of_len(txn, &block.hash, block.len)? {
                 Some(id) => id,
                 None => {
                     let stored = supplied.get(&block.hash).ok_or_else(|| {

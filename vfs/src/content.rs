@@ -317,6 +317,33 @@ pub(crate) fn retain_by_hash(txn: &WriteTxn<'_>, hash: &BlockHash) -> Result<Opt
     Ok(id)
 }
 
+/// [`retain_by_hash`] for a reference of `len` bytes, which must be the stored block's
+/// length (a peer names blocks by hash and length; a length that is not the block's
+/// would make an extent its block cannot fill).
+pub(crate) fn retain_by_hash_of_len(
+    txn: &WriteTxn<'_>,
+    hash: &BlockHash,
+    len: u32,
+) -> Result<Option<i64>> {
+    let found: Option<(i64, i64)> = txn
+        .prepare_cached("SELECT id, raw_len FROM blocks WHERE hash = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([&hash.0[..]], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .ctx("referencing a block")?;
+    let Some((id, raw_len)) = found else {
+        return Ok(None);
+    };
+    if raw_len != i64::from(len) {
+        return Err(Error::corrupt(format!(
+            "block {hash} is {raw_len} bytes, referenced as {len}"
+        )));
+    }
+    retain_block(txn, id)?;
+    Ok(Some(id))
+}
+
 /// Inserts a new block with one reference; its bytes go to the block store.
 pub(crate) fn insert_block(
     txn: &mut WriteTxn<'_>,

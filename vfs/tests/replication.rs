@@ -152,6 +152,73 @@ fn a_block_that_does_not_match_its_hash_is_refused() {
     assert!(!b.fs().exists("/f").unwrap());
 }
 
+/// A peer's file state that no write could make is refused whole, and the store checks
+/// clean after: a stored block referenced with another length than its own, an empty
+/// block, a size past the largest file.
+#[test]
+fn a_file_state_no_write_could_make_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (workspace(&dir, "a.db"), workspace(&dir, "b.db"));
+    a.fs().write_file("/f", random_bytes(100_000, 3)).unwrap();
+    let page = a.changes_after(&Cursor::START, 100, u64::MAX).unwrap();
+    let supplied: Vec<StoredBlock> = page
+        .entries
+        .iter()
+        .filter_map(|e| match &e.state {
+            EntryState::File { blocks, .. } => Some(blocks.clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|r| a.stored_block(&r.hash).unwrap().unwrap())
+        .collect();
+    b.apply_changes(&page.entries, &supplied).unwrap();
+    let block = supplied[0].hash;
+    let file = |size: u64, blocks: Vec<BlockRef>| ChangeEntry {
+        path: b"/x".to_vec(),
+        state: EntryState::File {
+            perm: 0o644,
+            mtime: 0,
+            size,
+            blocks,
+        },
+        ..page
+            .entries
+            .iter()
+            .find(|e| e.path == b"/f")
+            .unwrap()
+            .clone()
+    };
+    let refused = [
+        (
+            file(
+                100,
+                vec![BlockRef {
+                    hash: block,
+                    len: 100,
+                }],
+            ),
+            libc::EIO,
+        ),
+        (
+            file(
+                0,
+                vec![BlockRef {
+                    hash: block,
+                    len: 0,
+                }],
+            ),
+            libc::EIO,
+        ),
+        (file(1 << 63, vec![]), libc::EFBIG),
+    ];
+    for (entry, errno) in refused {
+        let err = b.apply_changes(&[entry], &[]).unwrap_err();
+        assert_eq!(err.errno(), errno, "{err}");
+        assert!(!b.fs().exists("/x").unwrap());
+    }
+    assert!(b.check().unwrap().is_ok());
+}
+
 /// Random operations on one workspace, synced to another in random page sizes after
 /// random stretches: the trees are equal after every sync.
 #[test]
