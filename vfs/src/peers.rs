@@ -47,6 +47,9 @@ use crate::store;
 use crate::types::*;
 use crate::workspace::Workspace;
 
+/// The largest revision a database stores (revisions are SQLite integers).
+const REVISION_MAX: u64 = i64::MAX as u64;
+
 /// A path both sides changed. `kept_as` holds the version that did not stay at `path`
 /// (equal to `path` when a removal was refused and the file stayed).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -742,6 +745,11 @@ impl Workspace {
         through: &Cursor,
         authority: Authority,
     ) -> Result<Applied> {
+        // The cursor is stored as the peer's revision, a signed 64-bit integer: no
+        // peer's log reaches past it.
+        if through.revision.0 > REVISION_MAX {
+            return Err(Error::invalid("a cursor past the largest revision"));
+        }
         let mut applied = Applied::default();
         // Blocks a removal would free that a later part uses (a file moved out of the
         // tree and back) are held from one part to the next, and let go at the end.

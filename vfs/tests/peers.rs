@@ -191,6 +191,23 @@ fn a_conflict_keeps_both_versions() {
     );
 }
 
+/// A peer's cursor past the largest revision a database stores is refused: stored, it
+/// would turn negative, and every later push would count as applied already.
+#[test]
+fn a_cursor_past_the_largest_revision_is_refused() {
+    let (_dir, server, _replica) = setup();
+    server.register_peer("r1", "replica-1").unwrap();
+    let past = Cursor {
+        revision: Revision(1 << 63),
+        path: Vec::new(),
+    };
+    let err = server
+        .apply_push("r1", "replica-1", &[], &[], &past)
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL);
+    assert!(server.check().unwrap().is_ok());
+}
+
 #[test]
 fn a_replaced_replica_is_fenced_and_starts_over() {
     let (_dir, server, replica) = setup();
