@@ -181,6 +181,7 @@ async fn serve_here(
         authority,
         options,
         connections: Cell::new(0),
+        waiting: RefCell::default(),
         watchers: RefCell::new(Watchers::default()),
     });
     let _watch = AbortOnDrop(spawn_local(watch_revisions(server.clone())));
@@ -200,13 +201,24 @@ async fn serve_here(
             }
         };
         let open = server.connections.get();
-        if open >= server.options.connections_max {
+        if open >= server.options.connections_max && !server.evict_oldest_waiting() {
             tracing::warn!("closed a new connection: {open} are open, the most allowed");
             continue;
         }
         next_connection += 1;
         let guard = ConnectionGuard::new(server.clone(), next_connection);
-        spawn_local(run_connection(guard, reader, writer, caller));
+        // Waiting from now: the next accept may come before this task first runs.
+        let connection = Rc::new(Connection {
+            id: next_connection,
+            caller,
+            calls: Cell::new(0),
+            streams: Cell::new(0),
+            hello: Cell::new(Hello::Waiting),
+            opened: Notify::new(),
+            evicted: Notify::new(),
+        });
+        server.waiting.borrow_mut().push_back(connection.clone());
+        spawn_local(run_connection(guard, connection, reader, writer));
     }
 }
 
@@ -215,7 +227,31 @@ struct Server {
     authority: Authority,
     options: ServeOptions,
     connections: Cell<usize>,
+    /// Connections that have not opened a session yet, oldest first.
+    waiting: RefCell<std::collections::VecDeque<Rc<Connection>>>,
     watchers: RefCell<Watchers>,
+}
+
+impl Server {
+    /// With every slot taken, a new connection closes the oldest one that has not said
+    /// hello rather than being refused: otherwise anyone who can reach the socket
+    /// could hold every slot with silent connections, renewed as each times out, and
+    /// keep every replica out. False if every open connection has a session.
+    fn evict_oldest_waiting(&self) -> bool {
+        let Some(oldest) = self.waiting.borrow_mut().pop_front() else {
+            return false;
+        };
+        tracing::debug!(
+            connection = oldest.id,
+            "closed a connection that had not said hello, to make room for a new one"
+        );
+        oldest.evicted.notify_one();
+        true
+    }
+
+    fn stop_waiting(&self, id: u64) {
+        self.waiting.borrow_mut().retain(|c| c.id != id);
+    }
 }
 
 /// One connection's state, shared by its gate and its sessions.
@@ -229,6 +265,8 @@ struct Connection {
     hello: Cell<Hello>,
     /// Fired when a hello opens a session: the connection may then stay.
     opened: Notify,
+    /// Fired when a newer connection needs the slot of this one, still without a session.
+    evicted: Notify,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -261,19 +299,17 @@ impl Drop for ConnectionGuard {
         if let Ok(mut watchers) = server.watchers.try_borrow_mut() {
             watchers.forget_connection(self.id);
         }
+        server.stop_waiting(self.id);
     }
 }
 
-async fn run_connection(guard: ConnectionGuard, reader: Reader, writer: Writer, caller: String) {
+async fn run_connection(
+    guard: ConnectionGuard,
+    connection: Rc<Connection>,
+    reader: Reader,
+    writer: Writer,
+) {
     let server = guard.server.clone();
-    let connection = Rc::new(Connection {
-        id: guard.id,
-        caller,
-        calls: Cell::new(0),
-        streams: Cell::new(0),
-        hello: Cell::new(Hello::Waiting),
-        opened: Notify::new(),
-    });
     let gate: gate::Client = capnp_rpc::new_client(GateServer {
         server: server.clone(),
         connection: connection.clone(),
@@ -283,8 +319,12 @@ async fn run_connection(guard: ConnectionGuard, reader: Reader, writer: Writer, 
     let opened = tokio::time::timeout(server.options.hello_timeout, connection.opened.notified());
     let ended = tokio::select! {
         ended = &mut rpc => ended,
+        () = connection.evicted.notified() => return,
         opened = opened => match opened {
-            Ok(()) => rpc.await,
+            Ok(()) => {
+                server.stop_waiting(connection.id);
+                rpc.await
+            }
             Err(_) => {
                 tracing::debug!(connection = guard.id, "closed a connection that opened no session in time");
                 return;

@@ -183,6 +183,27 @@ fn another_protocol_version_is_refused_with_a_clear_message() {
     .unwrap();
 }
 
+/// Silent connections holding every slot do not keep a client with the token out: the
+/// newest connection takes the slot of the oldest one that has not said hello.
+#[test]
+fn silent_connections_do_not_lock_clients_out() {
+    let server = TestServer::start(ServeOptions {
+        connections_max: 4,
+        hello_timeout: Duration::from_secs(60),
+        ..ServeOptions::default()
+    });
+    let silent: Vec<_> = (0..4)
+        .map(|_| std::os::unix::net::UnixStream::connect(server.socket_path()).unwrap())
+        .collect();
+    for _ in 0..3 {
+        run_local(async {
+            connect(&server.address, TOKEN, plain()).await.unwrap();
+        })
+        .unwrap();
+    }
+    drop(silent);
+}
+
 #[test]
 fn garbage_on_a_connection_ends_it_and_nothing_else() {
     let server = TestServer::start(ServeOptions::default());
