@@ -319,7 +319,9 @@ pub(crate) fn retain_by_hash(txn: &WriteTxn<'_>, hash: &BlockHash) -> Result<Opt
 
 /// [`retain_by_hash`] for a reference of `len` bytes, which must be the stored block's
 /// length (a peer names blocks by hash and length; a length that is not the block's
-/// would make an extent its block cannot fill).
+/// would make an extent its block cannot fill). A query of its own: the ingest path's
+/// lookup, by a hash it computed over the bytes, reads the id from the hash index
+/// alone.
 pub(crate) fn retain_by_hash_of_len(
     txn: &WriteTxn<'_>,
     hash: &BlockHash,

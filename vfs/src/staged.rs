@@ -1056,9 +1056,7 @@ impl Workspace {
             }
         }
     }
-}
 
-impl Workspace {
     /// Recycles the clean staging files past the cache's bound, once the ingestions
     /// that unbound them are durable.
     fn evict(&self, staging: &Staging) {

@@ -161,15 +161,9 @@ fn a_file_state_no_write_could_make_is_refused() {
     let (a, b) = (workspace(&dir, "a.db"), workspace(&dir, "b.db"));
     a.fs().write_file("/f", random_bytes(100_000, 3)).unwrap();
     let page = a.changes_after(&Cursor::START, 100, u64::MAX).unwrap();
-    let supplied: Vec<StoredBlock> = page
-        .entries
+    let supplied: Vec<StoredBlock> = file_blocks(&page.entries)
         .iter()
-        .filter_map(|e| match &e.state {
-            EntryState::File { blocks, .. } => Some(blocks.clone()),
-            _ => None,
-        })
-        .flatten()
-        .map(|r| a.stored_block(&r.hash).unwrap().unwrap())
+        .map(|hash| a.stored_block(hash).unwrap().unwrap())
         .collect();
     b.apply_changes(&page.entries, &supplied).unwrap();
     let block = supplied[0].hash;

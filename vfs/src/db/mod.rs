@@ -1985,6 +1985,16 @@ mod tests {
         assert!(choose(4096, false, false, false).is_err());
     }
 
+    /// A mutation that adds `key` to the `meta` table.
+    fn insert_meta(db: &Db, key: &str) {
+        db.write(|txn| {
+            txn.execute("INSERT INTO meta VALUES (?1, 1)", [key])
+                .ctx("test")?;
+            Ok(())
+        })
+        .unwrap();
+    }
+
     fn meta_keys(db: &Db) -> Vec<String> {
         db.read_latest(|conn| {
             let mut stmt = conn
@@ -2011,12 +2021,7 @@ mod tests {
             })
         }));
         assert!(panicked.is_err());
-        db.write(|txn| {
-            txn.execute("INSERT INTO meta VALUES ('whole', 1)", [])
-                .ctx("test")?;
-            Ok(())
-        })
-        .unwrap();
+        insert_meta(&db, "whole");
         db.commit().unwrap();
         assert_eq!(meta_keys(&db), ["whole"]);
         assert_eq!(revision(&db), before + 1);
@@ -2036,12 +2041,7 @@ mod tests {
             db.read_latest(|_| -> Result<()> { panic!("half-way") })
         }));
         assert!(panicked.is_err());
-        db.write(|txn| {
-            txn.execute("INSERT INTO meta VALUES ('whole', 1)", [])
-                .ctx("test")?;
-            Ok(())
-        })
-        .unwrap();
+        insert_meta(&db, "whole");
         assert_eq!(meta_keys(&db), ["whole"]);
     }
 
