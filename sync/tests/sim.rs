@@ -405,3 +405,13 @@ fn seed_3006126_a_directory_below_a_path_filled_again_by_a_rename_lands() {
 fn seed_4072027_a_late_push_over_an_unseen_removal_goes_back_to_its_sender() {
     replay(4072027);
 }
+
+/// Found by CI's unswept range at d145f69: a push of a new directory held up in the
+/// network landed after the replica had moved its own tree aside (a conflict with the
+/// server's file there) and the server had removed that file and made a directory in
+/// its place; the directory stood on the server below it, as received from the
+/// replica, so never sent back to it.
+#[test]
+fn seed_231197931995424_a_late_push_below_a_directory_made_again_goes_back_to_its_sender() {
+    replay(231197931995424);
+}

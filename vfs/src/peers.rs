@@ -263,18 +263,19 @@ enum Meeting {
     /// The entry removes an unseen file or symlink of ours: refused (and it is stamped
     /// as ours again, so it goes back to the remover).
     KeepOurs,
-    /// A file's or symlink's state for a path we removed (it or a directory above)
-    /// without the peer having seen the removal. It lands (a removal never takes an
-    /// unseen change), and on the authoritative side it goes back to the peer: we had
-    /// changes of that path the peer had not seen, which it may have taken since it made
-    /// this one (a push held up while its sender pulled), so what the peer holds there
-    /// need not be what it sent.
+    /// A state for a path we removed (it or a directory above) without the peer having
+    /// seen the removal: a file or symlink, or a directory where a directory above was
+    /// made again since. It lands (a removal never takes an unseen change), and on the
+    /// authoritative side it goes back to the peer: we had changes of that path the peer
+    /// had not seen, which it may have taken since it made this one (a push held up
+    /// while its sender pulled, whose own tree went aside as a conflict), so what the
+    /// peer holds there need not be what it sent.
     Revived,
     /// A directory's state for a path we removed (it or a directory above) without the
-    /// peer having seen the removal. On the authoritative side, by itself it would bring
-    /// the directory back as received, never to be sent back, while the peer takes our
-    /// removal: it lands only with news below it from the same batch (which makes the
-    /// directory again anyway).
+    /// peer having seen the removal, with nothing made there again. On the authoritative
+    /// side, by itself it would bring the directory back as received, never to be sent
+    /// back, while the peer takes our removal: it lands only with news below it from the
+    /// same batch (which makes the directory again anyway).
     RemovedHere,
 }
 
@@ -285,9 +286,8 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
         if entry.state == EntryState::Removed {
             return Ok(Meeting::Same);
         }
-        if matches!(entry.state, EntryState::Directory { .. })
-            && removed_unseen(conn, &entry.path, view)?
-        {
+        let removal = removed_unseen(conn, &entry.path, view)?;
+        if matches!(entry.state, EntryState::Directory { .. }) && removal == Some(Remade::No) {
             return Ok(Meeting::RemovedHere);
         }
         if let Some((at, blocker)) = find_blocker(conn, &entry.path, view)? {
@@ -302,9 +302,7 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
                 });
             }
         }
-        if !matches!(entry.state, EntryState::Directory { .. })
-            && removed_unseen(conn, &entry.path, view)?
-        {
+        if removal.is_some() {
             return Ok(Meeting::Revived);
         }
         // (A seen one the peer replaced with a directory: applying the entry drops it.)
@@ -350,12 +348,22 @@ fn meet(conn: &Connection, entry: &ChangeEntry, view: &PeerView<'_>) -> Result<M
     })
 }
 
+/// Whether what a removal left at a path was made again since.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Remade {
+    /// Nothing stands where something was removed.
+    No,
+    /// Something stands there again: made since, or by the same mutation (a rename over
+    /// an empty directory removes the old one and binds the new one at one revision).
+    Yes,
+}
+
 /// Whether our latest removal of `path` or of a directory above it is unseen by the
-/// peer, and nothing stands at that path now: made since, or by the same mutation (a
-/// rename over an empty directory removes the old one and binds the new one at one
-/// revision). The peer merges what stands there with its own, so a state below it that
-/// the peer sends is no news of a removed tree.
-fn removed_unseen(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<bool> {
+/// peer; if so, whether every such removal was made again since (`Remade::Yes`: the
+/// peer merges what stands there with its own, so a directory below it that the peer
+/// sends is no news of a removed tree) or one still leaves nothing (`Remade::No`).
+fn removed_unseen(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result<Option<Remade>> {
+    let mut found = None;
     let mut prefix = Vec::with_capacity(path.len());
     for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty()) {
         prefix.push(b'/');
@@ -363,12 +371,16 @@ fn removed_unseen(conn: &Connection, path: &[u8], view: &PeerView<'_>) -> Result
         let Some(removed) = store::last_removal(conn, &prefix)? else {
             continue;
         };
-        let stands = crate::log::binding(conn, &prefix)?.is_some_and(|bound| bound >= removed);
-        if !stands && view.unseen(conn, removed, &prefix)? {
-            return Ok(true);
+        if !view.unseen(conn, removed, &prefix)? {
+            continue;
         }
+        let stands = crate::log::binding(conn, &prefix)?.is_some_and(|bound| bound >= removed);
+        if !stands {
+            return Ok(Some(Remade::No));
+        }
+        found = Some(Remade::Yes);
     }
-    Ok(false)
+    Ok(found)
 }
 
 /// A removal cut down to what the peer had seen.

@@ -1033,3 +1033,36 @@ fn a_late_push_over_a_file_the_server_changed_and_moved_goes_back_to_the_replica
     assert_eq!(listing(&server), listing(&replica));
     assert_eq!(states(&server), states(&replica));
 }
+
+#[test]
+fn a_late_push_below_a_directory_the_server_made_again_goes_back_to_the_replica() {
+    // Sync simulation seed 231197931995424: the replica made /a/b and pushed it; the push
+    // was held up in the network. Meanwhile the server wrote a file at /a, the replica
+    // pulled it (its own /a moved aside as a conflict copy), and the server removed /a
+    // and made it again as a directory. Then the old push landed: /a/b stood on the
+    // server, as received from the replica and so never sent back to it, while the
+    // replica's /a/b lived on only inside the conflict copy.
+    let (_dir, server, replica) = setup();
+    round(&server, &replica, "r1", "replica-1");
+    replica.fs().mkdir("/a", MkdirOptions::default()).unwrap();
+    replica.fs().mkdir("/a/b", MkdirOptions::default()).unwrap();
+    let from = server.peer("r1").unwrap().unwrap().applied;
+    let late = replica
+        .changes_for("upstream", &from, 100, u64::MAX)
+        .unwrap();
+    server.fs().write_file("/a", "server's\n").unwrap();
+    let conflicts = pull(&server, &replica, "r1", "replica-1");
+    assert_eq!(conflicts.len(), 1, "{conflicts:?}");
+    assert!(replica.fs().stat("/a/b").is_err());
+    server.fs().unlink("/a").unwrap();
+    server.fs().mkdir("/a", MkdirOptions::default()).unwrap();
+    pull(&server, &replica, "r1", "replica-1");
+    server
+        .apply_push("r1", "replica-1", &late.entries, &[], &late.next)
+        .unwrap();
+    // The replica's directory beats the server's unseen removal of /a: it stands again.
+    assert!(server.fs().stat("/a/b").is_ok());
+    round(&server, &replica, "r1", "replica-1");
+    round(&server, &replica, "r1", "replica-1");
+    assert_eq!(states(&server), states(&replica));
+}
