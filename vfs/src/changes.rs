@@ -216,7 +216,8 @@ impl Workspace {
         }
         let now = self.now();
         let cache = self.block_cache();
-        self.db().write(|txn| {
+        let mut holds = Vec::new();
+        let applied = self.db().write(|txn| {
             if admission == Admission::FromUpstream {
                 txn.skip_quota();
             }
@@ -233,7 +234,7 @@ impl Workspace {
             let held_for_later = retain_stored(txn, hold)?;
             let mut changed = 0;
             for entry in &entries {
-                if apply_entry(self, txn, cache, entry, &supplied, now)? {
+                if apply_entry(self, txn, cache, entry, &supplied, now, &mut holds)? {
                     changed += 1;
                 }
             }
@@ -258,7 +259,10 @@ impl Workspace {
             }
             also(txn)?;
             Ok(Ok((changed, held)))
-        })
+        });
+        // Let go once the transaction ended (`Workspace::unstage_clean`).
+        let finished = self.finish_uses(holds);
+        applied.and_then(|applied| finished.map(|()| applied))
     }
 
     /// Drops the loose holds `ids` that [`Workspace::apply_changes_with`] made for a
@@ -348,20 +352,18 @@ fn apply_entry(
     entry: &ChangeEntry,
     supplied: &HashMap<BlockHash, &StoredBlock>,
     now: TimestampNs,
+    holds: &mut Vec<std::sync::Arc<crate::open_files::OpenInode>>,
 ) -> Result<bool> {
     check_entry(ws, entry)?;
     let path = &entry.path;
     let existing = resolve_literal(txn, path)?.and_then(|(_, _, ino)| ino);
     if path == b"/" {
         if let EntryState::Directory { perm, mtime } = &entry.state {
-            let mut attr = store::attr(txn, InodeNo::ROOT)?;
+            let attr = store::attr(txn, InodeNo::ROOT)?;
             if attr.perm == *perm && attr.mtime == *mtime {
                 return Ok(false);
             }
-            attr.perm = *perm;
-            attr.mtime = *mtime;
-            attr.ctime = now;
-            store::store_attr(txn, &attr)?;
+            restate_directory(txn, attr, *perm, *mtime, now)?;
             return Ok(true);
         }
         return Err(Error::invalid("the root can only be a directory"));
@@ -375,17 +377,13 @@ fn apply_entry(
         if let (FileKind::Directory, EntryState::Directory { perm, mtime }) =
             (attr.kind, &entry.state)
         {
-            let mut attr = attr;
-            attr.perm = *perm;
-            attr.mtime = *mtime;
-            attr.ctime = now;
-            store::store_attr(txn, &attr)?;
+            restate_directory(txn, attr, *perm, *mtime, now)?;
             return Ok(true);
         }
         if let (FileKind::File, EntryState::File { .. }) = (attr.kind, &entry.state) {
             if attr.nlink == 1 {
                 // A staging file caching the old content must not serve it again.
-                ws.unstage_clean(ino)?;
+                ws.unstage_clean(ino, holds)?;
                 replace_file(txn, cache, ino, &entry.state, supplied, now)?;
                 return Ok(true);
             }
@@ -427,6 +425,20 @@ fn apply_entry(
         }
     }
     Ok(true)
+}
+
+/// Gives directory `attr` a peer's mode and mtime; its children stay.
+fn restate_directory(
+    txn: &WriteTxn<'_>,
+    mut attr: Attr,
+    perm: u32,
+    mtime: TimestampNs,
+    now: TimestampNs,
+) -> Result<()> {
+    attr.perm = perm;
+    attr.mtime = mtime;
+    attr.ctime = now;
+    store::store_attr(txn, &attr)
 }
 
 /// Whether node `attr` already is in `state`.

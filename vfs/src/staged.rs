@@ -25,7 +25,7 @@ use crate::access::{self, Access, Credentials, Who};
 use crate::base::lock;
 use crate::error::{kind, Error, Result};
 use crate::ingest::{IngestOutcome, SMALL_FILES_PER_BATCH, SMALL_FILE_BYTES};
-use crate::open_files::{Body, FileHandle, OpenFlags, OpenHandle};
+use crate::open_files::{Body, FileHandle, OpenFlags, OpenHandle, OpenInode};
 use crate::staged_rows;
 use crate::staging::{Doom, StagedFile, StagedState, Staging, POOL_LOW};
 use crate::store;
@@ -161,22 +161,17 @@ impl Workspace {
             }
             if passthrough && flags.write && !keep_out && self.has_staging() {
                 check_staged()?;
-                match self.stage(ino) {
-                    Ok(staged) => match self.attach(&staged, flags, mappable)? {
-                        Some(handle) => {
-                            return Ok(Opened {
-                                handle,
-                                staged: Some(staged),
-                                passthrough: true,
-                            })
-                        }
-                        None => continue,
-                    },
+                match self.stage_and_attach(ino, flags, mappable) {
+                    Ok(Some(opened)) => return Ok(opened),
+                    Ok(None) => continue,
                     Err(StageRefusal::UseBuffer) => {}
                     Err(StageRefusal::Failed(err)) => return Err(err),
                 }
             }
-            return Ok(Opened::buffered(self.open_buffered(ino, flags, check)?));
+            match self.open_buffered(ino, flags, check)? {
+                Some(handle) => return Ok(Opened::buffered(handle)),
+                None => continue,
+            }
         }
         Err(Error::Busy(Default::default()))
     }
@@ -250,8 +245,36 @@ impl Workspace {
         ))
     }
 
-    /// Stages `ino`: binds a staging file and fills it with the stored content.
-    fn stage(&self, ino: InodeNo) -> Result<Arc<StagedFile>, StageRefusal> {
+    /// Stages `ino` and opens a handle on it, holding the inode from before the fill to
+    /// after the handle counts as its user: a deletion meanwhile leaves it an orphan
+    /// for the handle's release, as for any open file. `None`: the entry went before the
+    /// handle could attach (look again).
+    fn stage_and_attach(
+        &self,
+        ino: InodeNo,
+        flags: OpenFlags,
+        mappable: bool,
+    ) -> Result<Option<Opened>, StageRefusal> {
+        let hold = self.acquire(ino);
+        let attached = self.stage(ino, &hold).and_then(|staged| {
+            let handle = self.attach(&staged, flags, mappable)?;
+            Ok(handle.map(|handle| Opened {
+                handle,
+                staged: Some(staged),
+                passthrough: true,
+            }))
+        });
+        // Not the last user once attached; otherwise the last one, which may delete an
+        // orphan: that failure is the open's.
+        let finished = self.finish_use(&hold);
+        let opened = attached?;
+        finished?;
+        Ok(opened)
+    }
+
+    /// Stages `ino`, which the caller holds (`hold`): binds a staging file and fills it
+    /// with the stored content.
+    fn stage(&self, ino: InodeNo, hold: &OpenInode) -> Result<Arc<StagedFile>, StageRefusal> {
         let staging = self
             .staging()
             .expect("stage is only called with staging on");
@@ -259,9 +282,14 @@ impl Workspace {
         if let Some(staged) = staging.get(ino) {
             return Ok(staged);
         }
-        // An open through the buffer (or a buffered write in progress) keeps the inode
-        // out of staging: the kernel cannot mix cached and passthrough opens.
-        if self.is_open(ino) {
+        // Marked before looking for users, and dropped only after the entry is
+        // published: a route that holds the inode from now on waits, then finds it.
+        let _fill = staging.begin_fill(ino);
+        // An open through the buffer (or a buffered write in progress, or another
+        // route's change of the content) keeps the inode out of staging: the kernel
+        // cannot mix cached and passthrough opens, and a fill would copy content that
+        // changes behind it.
+        if !self.files().sole_user(hold) {
             return Err(StageRefusal::UseBuffer);
         }
         let attr = self.db().read(|conn| store::attr(conn, ino))?;
@@ -350,6 +378,17 @@ impl Workspace {
             flags,
             body: Body::Staged(staged.clone()),
         })))
+    }
+
+    /// The staging file of `ino`, for a route that holds `ino` (`Workspace::acquire`) and
+    /// is about to change its content or times: once a fill under way ended, the entry
+    /// is there to write through, or no fill can copy the store from under the route
+    /// ([`crate::staging::Staging::begin_fill`]).
+    pub(crate) fn staged_for_holder(&self, ino: InodeNo) -> Option<Arc<StagedFile>> {
+        let staging = self.staging()?;
+        debug_assert!(self.is_open(ino), "the caller holds the inode");
+        staging.wait_fill(ino);
+        staging.get(ino)
     }
 
     /// Counts a user of `staged` if it is still the inode's staging file; eviction leaves
@@ -679,15 +718,36 @@ impl Workspace {
     /// that content (inside its transaction). Open readers keep the version they
     /// opened. A staging file holding changes the database lacks is refused with EBUSY:
     /// replacing it would lose them (the caller plans again, and sees a conflict).
-    pub(crate) fn unstage_clean(&self, ino: InodeNo) -> Result<()> {
+    ///
+    /// The inode is held (a hold pushed on `holds`) until the caller lets go, after the
+    /// transaction ends: a fill that starts meanwhile sees the hold and gives up, as it
+    /// would copy the content being replaced.
+    pub(crate) fn unstage_clean(
+        &self,
+        ino: InodeNo,
+        holds: &mut Vec<Arc<OpenInode>>,
+    ) -> Result<()> {
         let Some(staging) = self.staging() else {
             return Ok(());
         };
+        holds.push(self.acquire(ino));
+        // A fill that began before the hold may be copying the old content: busy as a
+        // dirty file is, and by the next plan the fill is over.
+        if staging.is_filling(ino) {
+            return Err(Error::Busy(Default::default()));
+        }
         let mut entries = lock(&staging.entries);
         if let Some(staged) = entries.get(&ino) {
-            let busy = {
-                let state = lock(&staged.state);
-                state.dirty || state.writers > 0
+            // Not waited for: a file's state is held across database writes (an attach
+            // recording the file dirty, an ingestion), which wait for this transaction.
+            // Held, the file is busy as a dirty one is; the next plan sees it settled.
+            let busy = match staged.state.try_lock() {
+                Ok(state) => state.dirty || state.writers > 0,
+                Err(std::sync::TryLockError::WouldBlock) => true,
+                Err(std::sync::TryLockError::Poisoned(state)) => {
+                    let state = state.into_inner();
+                    state.dirty || state.writers > 0
+                }
             };
             if busy {
                 return Err(Error::Busy(Default::default()));

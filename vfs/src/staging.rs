@@ -235,6 +235,11 @@ pub(crate) struct Staging {
     pub(crate) entries: Mutex<HashMap<InodeNo, Arc<StagedFile>>>,
     /// Serialises the creation of staged files (materialisation included).
     pub(crate) create_lock: Mutex<()>,
+    /// The inode whose staging file is being filled from the store (under
+    /// `create_lock`, so one at most), and the signal that a fill ended (see
+    /// [`Staging::begin_fill`]).
+    filling: Mutex<Option<InodeNo>>,
+    fill_ended: Condvar,
     /// Entries let go of by a deletion or a replacement of their content; recycled once
     /// what let go of them is durable.
     pub(crate) doomed: Mutex<Vec<(Arc<StagedFile>, Doom)>>,
@@ -248,6 +253,18 @@ pub(crate) struct Staging {
     /// Work for the ingest worker; shared with it so it can wait without keeping the
     /// workspace alive.
     pub(crate) queue: Arc<(Mutex<IngestQueue>, Condvar)>,
+}
+
+/// A fill under way ([`Staging::begin_fill`]); dropping it ends the fill.
+pub(crate) struct FillGuard<'a> {
+    staging: &'a Staging,
+}
+
+impl Drop for FillGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.staging.filling) = None;
+        self.staging.fill_ended.notify_all();
+    }
 }
 
 #[derive(Default)]
@@ -301,6 +318,8 @@ impl Staging {
             names_unsynced: AtomicBool::new(true),
             entries: Mutex::new(HashMap::new()),
             create_lock: Mutex::new(()),
+            filling: Mutex::new(None),
+            fill_ended: Condvar::new(),
             doomed: Mutex::new(Vec::new()),
             recycling: AtomicUsize::new(0),
             cache_bytes_max,
@@ -308,6 +327,40 @@ impl Staging {
             queue: Arc::new((Mutex::new(IngestQueue::default()), Condvar::new())),
         };
         Ok((staging, existing))
+    }
+
+    /// Marks `ino` as being filled from the store until the returned guard drops, which
+    /// the filler lets happen only after it published the entry or gave up. The fence
+    /// against other routes: a route that changes the stored content of a file first
+    /// holds it (`Workspace::acquire`), then waits out a fill of it
+    /// ([`Staging::wait_fill`]) and looks for its entry. A fill either saw the hold
+    /// (the filler checks for one after marking) and gave up, or the route finds the
+    /// entry published and writes through it: no fill copies content that a route
+    /// changes in the store behind it.
+    pub(crate) fn begin_fill(&self, ino: InodeNo) -> FillGuard<'_> {
+        let mut filling = lock(&self.filling);
+        assert!(
+            filling.is_none(),
+            "fills run one at a time, under create_lock"
+        );
+        *filling = Some(ino);
+        FillGuard { staging: self }
+    }
+
+    /// Waits while `ino` is being filled.
+    pub(crate) fn wait_fill(&self, ino: InodeNo) {
+        let mut filling = lock(&self.filling);
+        while *filling == Some(ino) {
+            filling = self
+                .fill_ended
+                .wait(filling)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    /// Whether `ino` is being filled right now.
+    pub(crate) fn is_filling(&self, ino: InodeNo) -> bool {
+        *lock(&self.filling) == Some(ino)
     }
 
     pub fn dir(&self) -> &Path {

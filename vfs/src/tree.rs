@@ -42,16 +42,17 @@ impl Workspace {
                 store::store_attr(txn, &attr)
             });
         };
+        let open = self.acquire(ino);
         // While staged, the staging file is the content: every open reads it and its
-        // ingestion would put it back over the database's.
-        if let Some(staged) = self.staged_entry(ino) {
+        // ingestion would put it back over the database's. Looked for once held, so a
+        // fill cannot copy the old content behind this change.
+        if let Some(staged) = self.staged_for_holder(ino) {
             if self.pin_staged(&staged) {
                 let result = self.staged_replace(&staged, data);
                 self.unpin_staged(&staged);
-                return result;
+                return result.and(self.finish_use(&open));
             }
         }
-        let open = self.acquire(ino);
         let result = (|| {
             let mut state = lock(&open.state);
             self.load_state(ino, &mut state)?;

@@ -1122,7 +1122,34 @@ impl Workspace {
             check.is_none() || changes.size.is_none(),
             "a change of size is checked before"
         );
-        if let Some(staged) = self.staged_entry(ino) {
+        // Held while the size or times change, and the staging file looked for once
+        // held: a fill cannot copy the old state behind the change.
+        let content = changes.size.is_some() || changes.mtime.is_some() || changes.atime.is_some();
+        let hold = content.then(|| self.acquire(ino));
+        let result = self.change_held_attr(ino, changes, check, hold.is_some());
+        match hold {
+            Some(open) => {
+                let finished = self.finish_use(&open);
+                result.and_then(|changed| finished.map(|()| changed))
+            }
+            None => result,
+        }
+    }
+
+    /// [`Workspace::change_attr`] once the inode is `held` (when the change needs it).
+    fn change_held_attr(
+        &self,
+        ino: InodeNo,
+        changes: &SetAttr,
+        check: Option<&Credentials<'_>>,
+        held: bool,
+    ) -> Result<(Attr, Option<u32>)> {
+        let staged = if held {
+            self.staged_for_holder(ino)
+        } else {
+            self.staged_entry(ino)
+        };
+        if let Some(staged) = staged {
             // Pinned, so eviction cannot recycle the file while we change it; if it was
             // evicted already, the stored node is the file again.
             if self.pin_staged(&staged) {
@@ -1235,6 +1262,16 @@ impl Workspace {
         Ok(())
     }
 
+    /// [`Workspace::finish_use`] of every one of `holds`; the first failure, once all
+    /// are let go.
+    pub(crate) fn finish_uses(&self, holds: Vec<Arc<OpenInode>>) -> Result<()> {
+        let mut finished = Ok(());
+        for open in holds {
+            finished = finished.and(self.finish_use(&open));
+        }
+        finished
+    }
+
     pub(crate) fn load_state(&self, ino: InodeNo, state: &mut OpenState) -> Result<Option<Attr>> {
         if !state.loaded {
             // Read on the writer: the caller registered as a user of `ino` before this,
@@ -1279,14 +1316,21 @@ impl Workspace {
             .map(|opened| opened.handle)
     }
 
-    /// Opens a handle on the write buffer of `ino` (no staging file).
+    /// Opens a handle on the write buffer of `ino` (no staging file). `None`: the file
+    /// turned out to be staged (a fill ended as this open began): open that instead.
     pub(crate) fn open_buffered(
         &self,
         ino: InodeNo,
         flags: OpenFlags,
         check: Option<(&Credentials<'_>, Access)>,
-    ) -> Result<FileHandle> {
+    ) -> Result<Option<FileHandle>> {
         let open = self.acquire(ino);
+        // Looked for once held: a fill either saw this hold and gave up, or published
+        // an entry the kernel must not see beside a cached open.
+        if self.staged_for_holder(ino).is_some() {
+            self.finish_use(&open)?;
+            return Ok(None);
+        }
         let prepared = (|| {
             let mut state = lock(&open.state);
             let loaded = self.load_state(ino, &mut state)?;
@@ -1307,11 +1351,11 @@ impl Workspace {
             let _ = self.finish_use(&open);
             return Err(err);
         }
-        Ok(self.inner.files.add_handle(OpenHandle {
+        Ok(Some(self.inner.files.add_handle(OpenHandle {
             open,
             flags,
             body: Body::Buffered,
-        }))
+        })))
     }
 
     fn handle(&self, fh: FileHandle) -> Result<OpenHandle> {

@@ -1,58 +1,19 @@
 //! Two-way replication through the peer records: cursors per peer, pulls and pushes
 //! applied with their cursor in one transaction, conflicts kept, replaced replicas fenced.
 
+mod common;
+
+use common::{missing_blocks, pull};
 use computer_vfs::*;
 
 fn workspace(dir: &tempfile::TempDir, name: &str) -> Workspace {
     Workspace::open(dir.path().join(name), Options::default()).unwrap()
 }
 
-fn missing_blocks(from: &Workspace, to: &Workspace, entries: &[ChangeEntry]) -> Vec<StoredBlock> {
-    let wanted = file_blocks(entries);
-    let have = to.has_blocks(&wanted).unwrap();
-    wanted
-        .iter()
-        .zip(have)
-        .filter(|(_, h)| !h)
-        // A block freed by a change since the page was read is left out: the apply
-        // then fails, and the round reads a fresh page.
-        .filter_map(|(h, _)| from.stored_block(h).unwrap())
-        .collect()
-}
-
 /// One sync round between an authoritative workspace and a replica: pull, then push.
 fn round(server: &Workspace, replica: &Workspace, peer: &str, replica_id: &str) -> Vec<Conflict> {
     let mut conflicts = pull(server, replica, peer, replica_id);
     conflicts.extend(push(server, replica, peer, replica_id));
-    conflicts
-}
-
-/// The replica applies the server's changes.
-fn pull(server: &Workspace, replica: &Workspace, peer: &str, replica_id: &str) -> Vec<Conflict> {
-    let mut conflicts = Vec::new();
-    loop {
-        let from = replica.peer("upstream").unwrap().unwrap().applied;
-        let page = server.changes_for(peer, &from, 5, 1 << 20).unwrap();
-        let blocks = missing_blocks(server, replica, &page.entries);
-        let applied =
-            match replica.apply_pull("upstream", server.id(), &page.entries, &blocks, &page.next) {
-                Ok(applied) => applied,
-                // Local writes kept landing: a real replica retries later, so do we.
-                Err(Error::Busy(_)) => continue,
-                // A local write freed a block of the page between the probe and the
-                // apply (only the racing test writes during a round): probe again, as
-                // `Replica::pull` does.
-                Err(Error::Corrupt { .. }) => continue,
-                Err(e) => panic!("{e}"),
-            };
-        conflicts.extend(applied.conflicts);
-        server
-            .mark_delivered(peer, replica_id, &applied.through)
-            .unwrap();
-        if page.complete {
-            break;
-        }
-    }
     conflicts
 }
 

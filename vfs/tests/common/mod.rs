@@ -1,5 +1,7 @@
 //! Helpers shared by the store's integration tests.
 
+use computer_vfs::{file_blocks, ChangeEntry, Conflict, Error, StoredBlock, Workspace};
+
 /// Set to 1 to let the tests that need root skip (each says so) where they run without
 /// it. Unset, such a test fails instead: a suite that should run as root (CI does) must
 /// not pass without checking anything.
@@ -34,4 +36,59 @@ pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(n);
     out
+}
+
+/// The stored blocks `entries` need that `to` lacks, read from `from`.
+#[allow(dead_code)] // Only the replication tests sync.
+pub fn missing_blocks(
+    from: &Workspace,
+    to: &Workspace,
+    entries: &[ChangeEntry],
+) -> Vec<StoredBlock> {
+    let wanted = file_blocks(entries);
+    let have = to.has_blocks(&wanted).unwrap();
+    wanted
+        .iter()
+        .zip(have)
+        .filter(|(_, h)| !h)
+        // A block freed by a change since the page was read is left out: the apply
+        // then fails, and the round reads a fresh page.
+        .filter_map(|(h, _)| from.stored_block(h).unwrap())
+        .collect()
+}
+
+/// The replica applies the server's changes (`peer` and `replica_id`: the replica's
+/// names on the server), page by page until it has them all.
+#[allow(dead_code)] // Only the replication tests sync.
+pub fn pull(
+    server: &Workspace,
+    replica: &Workspace,
+    peer: &str,
+    replica_id: &str,
+) -> Vec<Conflict> {
+    let mut conflicts = Vec::new();
+    loop {
+        let from = replica.peer("upstream").unwrap().unwrap().applied;
+        let page = server.changes_for(peer, &from, 5, 1 << 20).unwrap();
+        let blocks = missing_blocks(server, replica, &page.entries);
+        let applied =
+            match replica.apply_pull("upstream", server.id(), &page.entries, &blocks, &page.next) {
+                Ok(applied) => applied,
+                // Local writes kept landing: a real replica retries later, so do we.
+                Err(Error::Busy(_)) => continue,
+                // A local write freed a block of the page between the probe and the
+                // apply (only the racing test writes during a round): probe again, as
+                // `Replica::pull` does.
+                Err(Error::Corrupt { .. }) => continue,
+                Err(e) => panic!("{e}"),
+            };
+        conflicts.extend(applied.conflicts);
+        server
+            .mark_delivered(peer, replica_id, &applied.through)
+            .unwrap();
+        if page.complete {
+            break;
+        }
+    }
+    conflicts
 }
