@@ -32,7 +32,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("vfs/src/workspace.rs", "rename", 100),
     ("vfs/src/content.rs", "apply", 98),
     ("vfs/src/transfer.rs", "export", 97),
-    ("vfs/src/ingest.rs", "ingest_small", 75),
     ("sync/src/sim/audit.rs", "check_cursors", 93),
     ("vfs/src/transfer.rs", "copy_tree", 92),
     ("vfs/src/check.rs", "check_namespace", 92),

@@ -93,6 +93,17 @@ fn data_segments(file: &std::fs::File, size: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// A small staged file read for [`Workspace::ingest_small`].
+struct SmallWork<'a> {
+    file: &'a Arc<StagedFile>,
+    _serial: std::sync::MutexGuard<'a, ()>,
+    version: u64,
+    size: u64,
+    mtime: crate::types::TimestampNs,
+    ctime: crate::types::TimestampNs,
+    chunks: Vec<PreparedChunk>,
+}
+
 impl Workspace {
     /// Ingests a staging file into the store. Safe to call concurrently with passthrough
     /// writers: what they change after the snapshot keeps the file dirty.
@@ -205,9 +216,10 @@ impl Workspace {
         ingested: Ingested,
     ) -> Result<IngestOutcome> {
         let mut state = lock(&staged.state);
-        let clean = state.version == version && state.writers == 0;
+        let changed = state.version != version;
+        let clean = !changed && state.writers == 0;
         let read = (ingested.size, ingested.mtime, ingested.ctime);
-        if state.writers > 0 && staged.stat()? != read {
+        if (changed || state.writers > 0) && staged.stat()? != read {
             // A snapshot of a file that changed while it was read may hold a state the
             // file never had (half of one write): store none.
             drop(state);
@@ -251,54 +263,17 @@ impl Workspace {
     /// Ingests several small staged files (each at most [`SMALL_FILE_BYTES`]) in one
     /// transaction: a build or `git checkout` writes thousands of them.
     pub(crate) fn ingest_small(&self, files: &[Arc<StagedFile>]) -> Result<()> {
-        struct Work<'a> {
-            file: &'a Arc<StagedFile>,
-            _serial: std::sync::MutexGuard<'a, ()>,
-            version: u64,
-            size: u64,
-            mtime: crate::types::TimestampNs,
-            ctime: crate::types::TimestampNs,
-            chunks: Vec<PreparedChunk>,
-        }
-        let mut work: Vec<Work<'_>> = Vec::new();
-        for file in files {
-            // One being ingested elsewhere is skipped; it will be clean or queued again.
-            let Ok(serial) = file.ingest_serial.try_lock() else {
-                continue;
-            };
-            let version = {
-                let mut state = lock(&file.state);
-                if !state.dirty || state.writers > 0 {
-                    continue;
-                }
-                state.ingesting = true;
-                state.version
-            };
-            let prepared = file.stat().and_then(|(size, mtime, ctime)| {
-                let chunks = self.prepare_whole(file, size)?;
-                Ok((size, mtime, ctime, chunks))
-            });
-            match prepared {
-                Ok((size, mtime, ctime, chunks)) => work.push(Work {
-                    file,
-                    _serial: serial,
-                    version,
-                    size,
-                    mtime,
-                    ctime,
-                    chunks,
-                }),
-                Err(err) => {
-                    lock(&file.state).ingesting = false;
-                    tracing::warn!("failed to read the staging file of {}: {err}", file.ino);
-                }
-            }
-        }
+        let mut work: Vec<SmallWork<'_>> = files
+            .iter()
+            .filter_map(|file| self.read_small(file))
+            .collect();
         if work.is_empty() {
             return Ok(());
         }
         work.sort_by_key(|w| w.file.ino);
-        // Hold every file's state through the commit, as `ingest` does for one.
+        // Hold every file's state through the commit, as `ingest` does for one. A file
+        // that changed since it was read may have been read half-changed: it is stored
+        // by a later round (it is dirty and queued again), not now.
         let mut states: Vec<_> = work.iter().map(|w| lock(&w.file.state)).collect();
         let clean: Vec<bool> = work
             .iter()
@@ -308,6 +283,9 @@ impl Workspace {
         let ctx = self.ctx();
         let result = self.db().write(|txn| {
             for (w, &clean) in work.iter_mut().zip(&clean) {
+                if !clean {
+                    continue;
+                }
                 let ingested = Ingested {
                     size: w.size,
                     mtime: w.mtime,
@@ -324,6 +302,41 @@ impl Workspace {
             .map(|(w, clean)| clean.then_some(w.size));
         self.end_ingesting(&mut states, stored, result.is_ok());
         result
+    }
+
+    /// Reads (and chunks) a small staged file for [`Workspace::ingest_small`], marked as
+    /// being ingested. `None`: nothing to do now (clean, written, or being ingested
+    /// elsewhere: it will be clean or queued again), or it could not be read.
+    fn read_small<'a>(&self, file: &'a Arc<StagedFile>) -> Option<SmallWork<'a>> {
+        let serial = file.ingest_serial.try_lock().ok()?;
+        let version = {
+            let mut state = lock(&file.state);
+            if !state.dirty || state.writers > 0 {
+                return None;
+            }
+            state.ingesting = true;
+            state.version
+        };
+        let prepared = file.stat().and_then(|(size, mtime, ctime)| {
+            let chunks = self.prepare_whole(file, size)?;
+            Ok((size, mtime, ctime, chunks))
+        });
+        match prepared {
+            Ok((size, mtime, ctime, chunks)) => Some(SmallWork {
+                file,
+                _serial: serial,
+                version,
+                size,
+                mtime,
+                ctime,
+                chunks,
+            }),
+            Err(err) => {
+                lock(&file.state).ingesting = false;
+                tracing::warn!("failed to read the staging file of {}: {err}", file.ino);
+                None
+            }
+        }
     }
 
     /// Chunks (and hashes, and compresses what is new) a whole small staging file.

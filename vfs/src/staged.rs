@@ -421,15 +421,29 @@ impl Workspace {
         })
     }
 
-    /// Marks a staged file changed outside a writer handle (truncate, content).
-    fn mark_changed(&self, staged: &StagedFile) -> Result<()> {
-        let mut state = lock(&staged.state);
-        if !state.dirty {
-            self.record_staged(staged)?;
-            state.dirty = true;
+    /// Changes a staged file outside a writer handle (truncate, content) by `change`,
+    /// counted as a writer while it runs: an ingestion that reads the file meanwhile
+    /// stores no snapshot the change tore (`commit_snapshot`), nor calls it clean. The
+    /// file is dirty, durably, before it changes, and queued to be ingested after.
+    fn change_as_writer(
+        &self,
+        staged: &StagedFile,
+        change: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        {
+            let mut state = lock(&staged.state);
+            if !state.dirty {
+                self.record_staged(staged)?;
+                state.dirty = true;
+            }
+            state.writers += 1;
+            state.version += 1;
         }
+        let changed = change();
+        let mut state = lock(&staged.state);
+        state.writers -= 1;
         self.changed_again(staged, state);
-        Ok(())
+        changed
     }
 
     /// A dirty staged file changed once more (`state` is its state, locked): an
@@ -566,8 +580,7 @@ impl Workspace {
             if size > self.file_size_max() {
                 return Err(kind::FileTooBig());
             }
-            staged.set_len(size)?;
-            self.mark_changed(staged)?;
+            self.change_as_writer(staged, || staged.set_len(size))?;
         }
         let ino = staged.ino;
         let rest = SetAttr {
@@ -605,11 +618,10 @@ impl Workspace {
     /// Replaces the whole content of a staged file (`Fs::write_file`), in its staging
     /// file as any write to it goes; a crash before ingestion keeps what that holds.
     pub(crate) fn staged_replace(&self, staged: &StagedFile, data: &[u8]) -> Result<()> {
-        // As `staged_setattr`: change the file first, so that an ingestion under way
-        // sees the new version and leaves the file dirty.
-        staged.set_len(0)?;
-        staged.write_at(data, 0)?;
-        self.mark_changed(staged)
+        self.change_as_writer(staged, || {
+            staged.set_len(0)?;
+            staged.write_at(data, 0)
+        })
     }
 
     /// While a staged file is dirty its size and times are the staging file's.

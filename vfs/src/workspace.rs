@@ -2216,6 +2216,63 @@ mod tests {
         assert_eq!(ws.overlaid(ended, stored.clone()).unwrap().size, 7);
     }
 
+    /// Another route replaces a staged file's whole content again and again while
+    /// ingestions run: none stores a snapshot the replacement tore. The store holds one
+    /// version or the other after each, or the empty file the replacement passes
+    /// through.
+    #[test]
+    fn an_ingestion_stores_no_snapshot_a_replacement_tore() {
+        const FILE_BYTES: usize = 1 << 20;
+        const REPLACEMENTS: usize = 300;
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            staging_dir: Some(dir.path().join("ws.db.staging")),
+            ..Options::default()
+        };
+        let ws = Workspace::open(dir.path().join("ws.db"), options).unwrap();
+        let (attr, opened) = ws
+            .create_for_kernel(
+                Who::Trusted,
+                InodeNo::ROOT,
+                b"f",
+                NewNode::new(0o644),
+                OpenFlags::WRITE,
+                true,
+            )
+            .unwrap();
+        let staged = opened.staged.clone().expect("a new file is staged");
+        ws.release(opened.handle).unwrap();
+        let versions = [vec![b'a'; FILE_BYTES], vec![b'b'; FILE_BYTES]];
+        let stored = || {
+            ws.inner
+                .db
+                .read(|conn| {
+                    let size = store::attr(conn, attr.ino)?.size;
+                    let mut buf = vec![0u8; size as usize];
+                    content::read_into(conn, &ws.inner.cache, attr.ino, 0, &mut buf)?;
+                    Ok(buf)
+                })
+                .unwrap()
+        };
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..REPLACEMENTS {
+                    ws.fs().write_file("/f", &versions[i % 2]).unwrap();
+                }
+                done.store(true, Ordering::SeqCst);
+            });
+            while !done.load(Ordering::SeqCst) {
+                ws.ingest(&staged).unwrap();
+                let now = stored();
+                assert!(
+                    now.is_empty() || versions.contains(&now),
+                    "a torn snapshot was stored"
+                );
+            }
+        });
+    }
+
     #[test]
     fn acls_and_selinux_labels_are_not_kept_but_old_ones_stay_readable() {
         let ws = Workspace::open_in_memory(Options::default()).unwrap();
