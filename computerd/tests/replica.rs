@@ -684,3 +684,58 @@ fn file_commands_print_the_same_through_a_server_as_on_its_database() {
         "computerd: /p/q: file exists\n"
     );
 }
+
+/// A reader holds a staged file open while a pull replaces its content; a writer that
+/// opens the file after must write into the file the replica now has (its staging
+/// file is a new one), not into the one the reader keeps.
+#[test]
+fn a_write_after_a_pull_replaced_a_file_a_reader_holds_reaches_the_server() {
+    let server = Server::start();
+    server.fs_ok(&["write", "/f"], b"one\n");
+    let replica = Mount::replica(&server, &[]);
+    let path = replica.path("f");
+    // Staged by an open for writing, then held open by a reader.
+    drop(std::fs::OpenOptions::new().write(true).open(&path).unwrap());
+    let mut reader = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import sys; f = open(sys.argv[1], 'rb'); print(f.read(3).decode(), flush=True); sys.stdin.read()")
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 4];
+    let reader_out = reader.stdout.as_mut().unwrap();
+    reader_out.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"one\n", "what the reader read first");
+    server.fs_ok(&["write", "/f"], b"two\n");
+    wait_for(CONVERGE, || {
+        (std::fs::read(&path).ok()? == b"two\n").then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the server's change never reached the replica: {:?}\n{}",
+            std::fs::read(&path),
+            replica.daemon_log()
+        )
+    });
+    let mut writer = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    writer.write_all(b"three\n").unwrap();
+    drop(writer);
+    assert_eq!(std::fs::read(&path).unwrap(), b"two\nthree\n");
+    let reached = wait_for(CONVERGE, || {
+        (server_file(&server, "/f")? == b"two\nthree\n").then_some(())
+    });
+    drop(reader.stdin.take());
+    reader.wait().unwrap();
+    reached.unwrap_or_else(|| {
+        panic!(
+            "the write never reached the server: {:?}\n{}",
+            server_file(&server, "/f"),
+            replica.daemon_log()
+        )
+    });
+}

@@ -381,9 +381,9 @@ fn apply_entry(
             return Ok(true);
         }
         if let (FileKind::File, EntryState::File { .. }) = (attr.kind, &entry.state) {
-            if attr.nlink == 1 {
-                // A staging file caching the old content must not serve it again.
-                ws.unstage_clean(ino, holds)?;
+            // A staging file caching the old content must not serve it again; one
+            // that readers hold makes it a new node (below).
+            if attr.nlink == 1 && ws.unstage_clean(ino, holds)? {
                 replace_file(txn, cache, ino, &entry.state, supplied, now)?;
                 return Ok(true);
             }

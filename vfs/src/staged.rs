@@ -727,9 +727,13 @@ impl Workspace {
     }
 
     /// Drops the staging file caching the content of `ino` before replication replaces
-    /// that content (inside its transaction). Open readers keep the version they
-    /// opened. A staging file holding changes the database lacks is refused with EBUSY:
-    /// replacing it would lose them (the caller plans again, and sees a conflict).
+    /// that content in place (inside its transaction); `false` if readers hold it open:
+    /// the kernel may pass their reads straight to that file, and then opens the inode
+    /// with no other file until they close (a cached open fails with EIO). The caller
+    /// then gives the path a new node, and the readers keep the old one, as after a
+    /// rename over an open file. A staging file holding changes the database lacks is
+    /// refused with EBUSY: replacing it would lose them (the caller plans again, and
+    /// sees a conflict).
     ///
     /// The inode is held (a hold pushed on `holds`) until the caller lets go, after the
     /// transaction ends: a fill that starts meanwhile sees the hold and gives up, as it
@@ -738,9 +742,9 @@ impl Workspace {
         &self,
         ino: InodeNo,
         holds: &mut Vec<Arc<OpenInode>>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let Some(staging) = self.staging() else {
-            return Ok(());
+            return Ok(true);
         };
         holds.push(self.acquire(ino));
         // A fill that began before the hold may be copying the old content: busy as a
@@ -753,16 +757,19 @@ impl Workspace {
             // Not waited for: a file's state is held across database writes (an attach
             // recording the file dirty, an ingestion), which wait for this transaction.
             // Held, the file is busy as a dirty one is; the next plan sees it settled.
-            let busy = match staged.state.try_lock() {
-                Ok(state) => state.dirty || state.writers > 0,
-                Err(std::sync::TryLockError::WouldBlock) => true,
+            let (busy, read) = match staged.state.try_lock() {
+                Ok(state) => (state.dirty || state.writers > 0, state.users > 0),
+                Err(std::sync::TryLockError::WouldBlock) => (true, true),
                 Err(std::sync::TryLockError::Poisoned(state)) => {
                     let state = state.into_inner();
-                    state.dirty || state.writers > 0
+                    (state.dirty || state.writers > 0, state.users > 0)
                 }
             };
             if busy {
                 return Err(Error::Busy(Default::default()));
+            }
+            if read {
+                return Ok(false);
             }
             // Clean: nothing in the database binds it, so dropping it from memory is
             // all there is (and stays right if the transaction rolls back).
@@ -771,7 +778,7 @@ impl Workspace {
                 staging.wake_now();
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Files whose staging file holds changes the database does not have yet (open for
