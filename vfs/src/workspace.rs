@@ -1126,7 +1126,7 @@ impl Workspace {
         // held: a fill cannot copy the old state behind the change.
         let content = changes.size.is_some() || changes.mtime.is_some() || changes.atime.is_some();
         let hold = content.then(|| self.acquire(ino));
-        let result = self.change_held_attr(ino, changes, check, hold.is_some());
+        let result = self.change_held_attr(ino, changes, check, hold.as_deref());
         match hold {
             Some(open) => {
                 let finished = self.finish_use(&open);
@@ -1136,18 +1136,18 @@ impl Workspace {
         }
     }
 
-    /// [`Workspace::change_attr`] once the inode is `held` (when the change needs it).
+    /// [`Workspace::change_attr`] once the inode is held (`hold`, when the change needs
+    /// it: a change of size always does).
     fn change_held_attr(
         &self,
         ino: InodeNo,
         changes: &SetAttr,
         check: Option<&Credentials<'_>>,
-        held: bool,
+        hold: Option<&OpenInode>,
     ) -> Result<(Attr, Option<u32>)> {
-        let staged = if held {
-            self.staged_for_holder(ino)
-        } else {
-            self.staged_entry(ino)
+        let staged = match hold {
+            Some(_) => self.staged_for_holder(ino),
+            None => self.staged_entry(ino),
         };
         if let Some(staged) = staged {
             // Pinned, so eviction cannot recycle the file while we change it; if it was
@@ -1163,10 +1163,8 @@ impl Workspace {
             if size > self.inner.options.file_size_max {
                 return Err(kind::FileTooBig());
             }
-            let open = self.acquire(ino);
-            let result = self.set_size(&open, size, now);
-            let _ = self.finish_use(&open);
-            result?;
+            let open = hold.expect("a change of size holds the inode");
+            self.set_size(open, size, now)?;
         }
         let mut rest = changes.clone();
         rest.size = None;
@@ -2164,11 +2162,11 @@ mod tests {
         .unwrap()
     }
 
-    /// A stored size read before a staged file's ingestion, laid over after it: the
-    /// overlay has ended by then, and the bare stored size is the one before the write.
-    #[test]
-    fn attributes_read_before_an_ingestion_are_read_again() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A workspace in `dir` with staging on, and `/f` made as the mount makes it:
+    /// staged (the file returned), open for writing (the handle).
+    fn staged_f(
+        dir: &tempfile::TempDir,
+    ) -> (Workspace, Attr, FileHandle, Arc<crate::staging::StagedFile>) {
         let options = Options {
             staging_dir: Some(dir.path().join("ws.db.staging")),
             ..Options::default()
@@ -2184,13 +2182,22 @@ mod tests {
                 true,
             )
             .unwrap();
-        let staged = opened.staged.clone().expect("a new file is staged");
+        let staged = opened.staged.expect("a new file is staged");
+        (ws, attr, opened.handle, staged)
+    }
+
+    /// A stored size read before a staged file's ingestion, laid over after it: the
+    /// overlay has ended by then, and the bare stored size is the one before the write.
+    #[test]
+    fn attributes_read_before_an_ingestion_are_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ws, attr, handle, staged) = staged_f(&dir);
         std::os::unix::fs::FileExt::write_all_at(staged.file(), b"written", 0).unwrap();
         let ended = ws.inner.files.overlays_ended();
         // Not ingested while a writer has it open.
         let stored = ws.stored_attr(attr.ino).unwrap();
         assert_eq!(stored.size, 0);
-        ws.release(opened.handle).unwrap();
+        ws.release(handle).unwrap();
         ws.ingest(&staged).unwrap();
         assert_eq!(ws.overlay(stored.clone()).size, 0, "the overlay has ended");
         assert_eq!(ws.overlaid(ended, stored.clone()).unwrap().size, 7);
@@ -2225,23 +2232,8 @@ mod tests {
         const FILE_BYTES: usize = 1 << 20;
         const REPLACEMENTS: usize = 300;
         let dir = tempfile::tempdir().unwrap();
-        let options = Options {
-            staging_dir: Some(dir.path().join("ws.db.staging")),
-            ..Options::default()
-        };
-        let ws = Workspace::open(dir.path().join("ws.db"), options).unwrap();
-        let (attr, opened) = ws
-            .create_for_kernel(
-                Who::Trusted,
-                InodeNo::ROOT,
-                b"f",
-                NewNode::new(0o644),
-                OpenFlags::WRITE,
-                true,
-            )
-            .unwrap();
-        let staged = opened.staged.clone().expect("a new file is staged");
-        ws.release(opened.handle).unwrap();
+        let (ws, attr, handle, staged) = staged_f(&dir);
+        ws.release(handle).unwrap();
         let versions = [vec![b'a'; FILE_BYTES], vec![b'b'; FILE_BYTES]];
         let stored = || {
             ws.inner

@@ -58,26 +58,42 @@ fn tail(bytes: &[u8]) -> &[u8] {
     &bytes[1..]
 }
 
+/// Runs the rounds on `ws`, each on a file of its own: `prepare(path)` makes it, an open
+/// for writing then races `change(path)` at a later moment of the fill each round, and
+/// `check(round, content)` judges what the file holds after.
+fn race_each_round(
+    ws: &Workspace,
+    prepare: impl Fn(&str),
+    change: impl Fn(&str) + Sync,
+    check: impl Fn(u64, &[u8]),
+) {
+    for round in 0..ROUNDS {
+        let name = format!("f{round}");
+        let path = format!("/{name}");
+        prepare(&path);
+        let delay = std::time::Duration::from_micros(round * 500);
+        open_and_write_during(ws, &name, delay, || change(&path));
+        check(round, &ws.fs().read_file(&path).unwrap());
+    }
+}
+
 #[test]
 fn a_file_replaced_while_it_is_being_staged_keeps_the_new_content() {
     let dir = tempfile::tempdir().unwrap();
     let ws = staging_workspace(&dir);
     let old = common::random_bytes(FILE_BYTES, 1);
     let new = common::random_bytes(FILE_BYTES, 2);
-    for round in 0..ROUNDS {
-        let name = format!("f{round}");
-        let path = format!("/{name}");
-        ws.fs().write_file(&path, &old).unwrap();
-        let delay = std::time::Duration::from_micros(round * 500);
-        open_and_write_during(&ws, &name, delay, || {
-            ws.fs().write_file(&path, &new).unwrap();
-        });
-        let now = ws.fs().read_file(&path).unwrap();
-        assert!(
-            tail(&now) == tail(&new),
-            "round {round}: the replacement was undone by the fill"
-        );
-    }
+    race_each_round(
+        &ws,
+        |path| ws.fs().write_file(path, &old).unwrap(),
+        |path| ws.fs().write_file(path, &new).unwrap(),
+        |round, now| {
+            assert!(
+                tail(now) == tail(&new),
+                "round {round}: the replacement was undone by the fill"
+            );
+        },
+    );
 }
 
 #[test]
@@ -85,18 +101,13 @@ fn a_file_truncated_while_it_is_being_staged_stays_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let ws = staging_workspace(&dir);
     let old = common::random_bytes(FILE_BYTES, 3);
-    for round in 0..ROUNDS {
-        let name = format!("f{round}");
-        let path = format!("/{name}");
-        ws.fs().write_file(&path, &old).unwrap();
-        let delay = std::time::Duration::from_micros(round * 500);
-        open_and_write_during(&ws, &name, delay, || {
-            ws.fs().truncate(&path, 1).unwrap();
-        });
-        let now = ws.fs().read_file(&path).unwrap();
+    race_each_round(
+        &ws,
+        |path| ws.fs().write_file(path, &old).unwrap(),
+        |path| ws.fs().truncate(path, 1).unwrap(),
         // Truncated after the writer's X, or before it (then only X is left).
-        assert_eq!(now.len(), 1, "round {round}: the truncation was undone");
-    }
+        |round, now| assert_eq!(now.len(), 1, "round {round}: the truncation was undone"),
+    );
 }
 
 #[test]
@@ -108,23 +119,24 @@ fn a_file_a_pull_replaces_while_it_is_being_staged_keeps_the_pulled_content() {
     replica.register_peer("upstream", server.id()).unwrap();
     let old = common::random_bytes(FILE_BYTES, 4);
     let new = common::random_bytes(FILE_BYTES, 5);
-    for round in 0..ROUNDS {
-        let name = format!("f{round}");
-        let path = format!("/{name}");
-        server.fs().write_file(&path, &old).unwrap();
-        common::pull(&server, &replica, "r1", "replica-1");
-        server.fs().write_file(&path, &new).unwrap();
-        let delay = std::time::Duration::from_micros(round * 500);
-        open_and_write_during(&replica, &name, delay, || {
+    race_each_round(
+        &replica,
+        |path| {
+            server.fs().write_file(path, &old).unwrap();
             common::pull(&server, &replica, "r1", "replica-1");
-        });
+            server.fs().write_file(path, &new).unwrap();
+        },
+        |_| {
+            common::pull(&server, &replica, "r1", "replica-1");
+        },
         // Pulled after the writer's X, or before it; or, if the writer had the file
         // first, the server's version stays at the path and the replica's goes beside
         // it as a conflict copy.
-        let now = replica.fs().read_file(&path).unwrap();
-        assert!(
-            tail(&now) == tail(&new),
-            "round {round}: the pulled content was undone by the fill"
-        );
-    }
+        |round, now| {
+            assert!(
+                tail(now) == tail(&new),
+                "round {round}: the pulled content was undone by the fill"
+            );
+        },
+    );
 }
