@@ -155,19 +155,29 @@ fn mistakes_in_the_arguments_are_said_before_any_session() {
 /// as it exits.
 #[test]
 fn a_host_that_leaves_takes_its_running_commands_with_it() {
-    leave_during_a_command(|stdin, _| drop(stdin));
-    leave_during_a_command(|_, pid| {
+    leave_during_a_command("1", |stdin, _| drop(stdin));
+    leave_during_a_command("2", |_, pid| {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(pid, libc::SIGTERM) };
     });
 }
 
-fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
+/// Starts a long command through the MCP server, lets `leave` end the host, and checks
+/// that the command was cancelled and its process went. `variant` makes the command's
+/// arguments unique to this call of this test process, so that nothing else running
+/// on the machine (another run of this test) can stand for it.
+fn leave_during_a_command(variant: &str, leave: impl FnOnce(std::process::ChildStdin, i32)) {
     let m = Mount::new();
     let (mut server, mut stdin, _stdout) = start_session(&m.db);
-    let exec = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"exec","arguments":{"command":"sleep 300; echo late > late.txt","backend":"linux"}}}"#;
+    let seconds = format!("300.{}{variant}", std::process::id());
+    let script = format!("sleep {seconds}; echo late > late.txt");
+    let exec = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"exec","arguments":{{"command":"{script}","backend":"linux"}}}}}}"#
+    );
     writeln!(stdin, "{exec}").unwrap();
-    let started = common::wait_for(Duration::from_secs(60), || sleeping().then_some(()));
+    let started = common::wait_for(Duration::from_secs(60), || {
+        sleeping(&seconds).first().copied()
+    });
     assert!(started.is_some(), "the command never started");
     leave(stdin, server.0.id() as i32);
     let exited = common::wait_for(Duration::from_secs(60), || server.0.try_wait().unwrap());
@@ -177,13 +187,20 @@ fn leave_during_a_command(leave: impl FnOnce(std::process::ChildStdin, i32)) {
     );
     let trail = text(&computerd(["audit", m.db.to_str().unwrap()]).stdout);
     assert!(
-        trail.contains("cancelled 143  linux") && trail.contains("\"sleep 300; echo late"),
+        trail.contains("cancelled 143  linux") && trail.contains(&format!("\"{script}")),
         "{trail}"
     );
     // The exec ends when its top process is reaped; the rest of its tree, signalled with
     // it, may take a moment more to go. Gone it must be, not left for its 300 seconds.
-    let gone = common::wait_for(Duration::from_secs(10), || (!sleeping()).then_some(()));
-    assert!(gone.is_some(), "the command's process is gone");
+    let gone = common::wait_for(Duration::from_secs(10), || {
+        sleeping(&seconds).is_empty().then_some(())
+    });
+    let left = sleeping(&seconds);
+    assert!(
+        gone.is_some(),
+        "the command's process is gone; left: {}\ntrail: {trail}",
+        describe_processes(&left)
+    );
 }
 
 /// `computerd mcp DB`, spoken to in JSON-RPC lines, past the handshake: the server
@@ -232,13 +249,34 @@ fn a_session_whose_owner_is_gone_says_what_to_do() {
     );
 }
 
-/// Whether a `sleep 300` runs on this machine (the sandbox's processes are visible
-/// from here).
-fn sleeping() -> bool {
+/// The processes running `sleep SECONDS` on this machine (the sandbox's processes are
+/// visible from here).
+fn sleeping(seconds: &str) -> Vec<u32> {
     let Ok(processes) = std::fs::read_dir("/proc") else {
-        return false;
+        return Vec::new();
     };
-    processes.flatten().any(|process| {
-        std::fs::read(process.path().join("cmdline")).is_ok_and(|line| line == b"sleep\x00300\x00")
-    })
+    let wanted = format!("sleep\0{seconds}\0");
+    (processes.flatten())
+        .filter(|process| {
+            std::fs::read(process.path().join("cmdline"))
+                .is_ok_and(|line| line == wanted.as_bytes())
+        })
+        .filter_map(|process| process.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// What a failure needs to know of each of `pids`: its state, parent, pids in each
+/// namespace, and cgroups.
+fn describe_processes(pids: &[u32]) -> String {
+    let describe = |pid: &u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let wanted = ["State:", "PPid:", "NSpid:", "SigBlk:", "SigIgn:"];
+        let lines = (status.lines())
+            .filter(|line| wanted.iter().any(|w| line.starts_with(w)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        format!("pid {pid}: {lines}; cgroups {}", cgroups.replace('\n', " "))
+    };
+    pids.iter().map(describe).collect::<Vec<_>>().join("\n")
 }
