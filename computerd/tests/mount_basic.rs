@@ -761,3 +761,91 @@ fn a_walk_over_a_large_directory_sends_no_lookup_per_entry() {
         "--readdirplus-auto sent {first_page} LOOKUPs"
     );
 }
+
+/// A process may close a file and go on writing to it through a shared mapping, with no
+/// request the daemon sees (`StagedState::mapped`): those writes are stored, whether the
+/// mapping goes before the unmount or is still there when the daemon settles.
+#[test]
+fn writes_through_a_mapping_after_close_are_stored() {
+    let mut m = Mount::new();
+    let size = 1 << 20;
+    let path = m.path("mapped");
+    let (mapping, file) = map_shared(&path, size);
+    // The daemon ingests a released file a second after its release: wait past that,
+    // so that the writes below come after the content it stored.
+    drop(file);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    mapping.write(0, b"AFTER-CLOSE");
+    mapping.write(size / 2, b"MIDDLE");
+    drop(mapping);
+    let mut expected = vec![b'a'; size];
+    expected[..11].copy_from_slice(b"AFTER-CLOSE");
+    expected[size / 2..size / 2 + 6].copy_from_slice(b"MIDDLE");
+    assert!(
+        std::fs::read(&path).unwrap() == expected,
+        "seen on the mount"
+    );
+    m.unmount();
+    let stored = common::fs_db_ok(&m.db, &["cat", "/mapped"], b"");
+    assert!(stored == expected, "the store lacks the mapping's writes");
+    m.check_db();
+}
+
+/// A shared, writable mapping of a file made through `open(2)` of `path` (created and
+/// filled with `a`), and the file, which the caller may close first.
+fn map_shared(path: &std::path::Path, size: usize) -> (Mapping, std::fs::File) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap();
+    std::io::Write::write_all(&mut &file, &vec![b'a'; size]).unwrap();
+    // SAFETY: a shared mapping of `size` bytes of a file of that size, unmapped on drop.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(
+        addr,
+        libc::MAP_FAILED,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    (Mapping { addr, size }, file)
+}
+
+/// A shared mapping, unmapped when dropped.
+struct Mapping {
+    addr: *mut libc::c_void,
+    size: usize,
+}
+
+impl Mapping {
+    fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset + data.len() <= self.size);
+        // SAFETY: within the mapping, which lives as long as `self`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.addr.cast::<u8>().add(offset),
+                data.len(),
+            )
+        };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map_shared`, unmapped once.
+        unsafe { libc::munmap(self.addr, self.size) };
+    }
+}

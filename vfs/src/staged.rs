@@ -363,6 +363,7 @@ impl Workspace {
             }
             state.users += 1;
             state.mappable |= mappable;
+            state.map_writable |= mappable && flags.write;
             if flags.write {
                 state.writers += 1;
                 state.version += 1;
@@ -480,16 +481,24 @@ impl Workspace {
 
     /// A handle on a staged file is closed: the last writer queues the ingestion.
     pub(crate) fn staged_release(&self, staged: &StagedFile, flags: OpenFlags) {
-        let ingest = {
+        let queue = {
             let mut state = lock(&staged.state);
             state.users = state.users.saturating_sub(1);
             if flags.write {
                 state.writers = state.writers.saturating_sub(1);
             }
             state.last_used = Instant::now();
-            state.writers == 0 && state.dirty
+            if state.users == 0 && state.map_writable && !state.mapped {
+                // Whether a mapping is left is asked a round later (`end_mapping_if_gone`):
+                // the kernel lets go of its own open of the file only as the closing
+                // process returns from `close(2)`, which may be after this request.
+                debug_assert!(state.dirty, "a writer's open made it dirty");
+                state.mapped = true;
+                state.writers += 1;
+            }
+            (state.writers == 0 && state.dirty) || (state.mapped && state.users == 0)
         };
-        if ingest {
+        if queue {
             if let Some(staging) = self.staging() {
                 staging.enqueue(staged.ino);
             }
@@ -815,7 +824,44 @@ impl Workspace {
             .count()
     }
 
-    /// Ingests every dirty staged file that has no writer left.
+    /// For a file released while a process may still write through a mapping of it
+    /// (`StagedState::mapped`): once nothing but this process holds the staging file
+    /// open, the mapping's writes are over, and it no longer counts as a writer (the
+    /// file is then ingested as any released file is, with every write the mapping
+    /// made). `true`: the file is still mapped, and must be looked at again. Where the
+    /// kernel cannot tell (no leases), the mapping is taken to be gone, with a warning:
+    /// its later writes would be lost rather than the file never settling.
+    pub(crate) fn end_mapping_if_gone(&self, staged: &StagedFile) -> bool {
+        {
+            let state = lock(&staged.state);
+            // An open handle's release looks again.
+            if !state.mapped || state.users > 0 {
+                return false;
+            }
+        }
+        let elsewhere = staged.open_elsewhere().unwrap_or_else(|| {
+            tracing::warn!(
+                ino = staged.ino.0,
+                "cannot tell whether a process still maps a released file (no file leases): \
+                 writes through its mapping from now on are not stored"
+            );
+            false
+        });
+        let mut state = lock(&staged.state);
+        if elsewhere || !state.mapped || state.users > 0 {
+            return elsewhere && state.mapped;
+        }
+        state.mapped = false;
+        state.map_writable = false;
+        state.writers -= 1;
+        // Its last writes came through the mapping, unseen: an ingestion under way
+        // read it before them.
+        state.version += 1;
+        false
+    }
+
+    /// Ingests every dirty staged file that has no writer left (a mapping that is gone
+    /// included: `end_mapping_if_gone`).
     pub(crate) fn settle_staged(&self) -> Result<()> {
         for staged in self.idle_dirty_staged() {
             self.ingest(&staged)?;
@@ -850,6 +896,7 @@ impl Workspace {
         staging
             .snapshot()
             .into_iter()
+            .filter(|staged| !self.end_mapping_if_gone(staged))
             .filter(|staged| {
                 let state = lock(&staged.state);
                 state.dirty && state.writers == 0
@@ -1101,6 +1148,10 @@ impl Workspace {
             let Some(staged) = staging.get(ino) else {
                 continue;
             };
+            if self.end_mapping_if_gone(&staged) {
+                // Looked at again next round; meanwhile snapshotted as an open file is.
+                staging.enqueue(ino);
+            }
             if lock(&staged.state).writers > 0 {
                 self.ingest_while_open(staging, &staged);
                 continue;

@@ -94,6 +94,15 @@ pub(crate) struct StagedState {
     /// descriptor). Such a file goes back to the pool only if nothing has it open
     /// any more (`open_elsewhere`); otherwise it is unlinked.
     pub mappable: bool,
+    /// It was handed over for passthrough to an open that reads and writes: such an
+    /// open can map it shared and writable, and a process may go on writing through
+    /// that mapping after its last `close(2)`, with no request the daemon would see.
+    pub map_writable: bool,
+    /// Released by every handle while such a mapping may still write to it: counted in
+    /// `writers` (the file stays dirty and bound, is not evicted, and a pull over it
+    /// sees a local change) until nothing but this process holds the staging file
+    /// open (`Workspace::end_mapping_if_gone`).
+    pub mapped: bool,
 }
 
 impl StagedFile {
@@ -104,6 +113,12 @@ impl StagedFile {
 
     pub fn inode(&self) -> InodeNo {
         self.ino
+    }
+
+    /// Whether anything but this process has the staging file open (a mapping made
+    /// through passthrough); `None` if the kernel cannot say.
+    pub(crate) fn open_elsewhere(&self) -> Option<bool> {
+        open_elsewhere(&self.file)
     }
 
     /// Size and times of the staged content as the kernel left them.
@@ -426,7 +441,8 @@ impl Staging {
 
     /// Returns the file of an entry nobody uses any more to the pool.
     pub fn recycle_staged(&self, staged: Arc<StagedFile>) {
-        if lock(&staged.state).mappable && open_elsewhere(&staged.file) {
+        // Where the kernel cannot say, delete rather than reuse.
+        if lock(&staged.state).mappable && staged.open_elsewhere().unwrap_or(true) {
             // A process still maps it: unlinking keeps its pages for the mapping, where
             // emptying the file for reuse would SIGBUS it.
             let _ = std::fs::remove_file(self.path(&staged.name));
@@ -566,6 +582,8 @@ impl Staging {
                 last_used: Instant::now(),
                 size: 0,
                 mappable: false,
+                map_writable: false,
+                mapped: false,
             }),
             ingest_serial: Mutex::new(()),
         })
@@ -672,18 +690,18 @@ fn disarm_flush_on_close(path: &Path) {
 /// passthrough holds the kernel's own open of the staging file, which outlives the FUSE
 /// file and its RELEASE. Asked of the kernel with a write lease, which it grants only
 /// to the one open of a file (`fcntl(2)`, F_SETLEASE); granted, it is dropped at once.
-/// Any failure (leases disabled, a file system without them) answers yes: the caller
-/// then deletes rather than reuses.
-fn open_elsewhere(file: &File) -> bool {
+/// `None`: the kernel cannot say (leases disabled, a file system without them).
+fn open_elsewhere(file: &File) -> Option<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     // SAFETY: fcntl on a descriptor we own; F_SETLEASE only changes lease state.
-    let leased = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) } == 0;
-    if leased {
+    if unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) } == 0 {
         // SAFETY: as above; removing our own lease.
         unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK) };
+        return Some(false);
     }
-    !leased
+    let refused = std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
+    refused.then_some(true)
 }
 
 /// The soft limit on open files of this process (`RLIMIT_NOFILE`).
