@@ -321,11 +321,7 @@ fn a_replacement_of_a_name_at_the_limit_fits_its_hidden_name() {
 #[test]
 fn a_staged_files_times_change_only_when_the_caller_may() {
     let dir = tempfile::tempdir().unwrap();
-    let options = Options {
-        staging_dir: Some(dir.path().join("ws.db.staging")),
-        ..Options::default()
-    };
-    let ws = Workspace::open(dir.path().join("ws.db"), options).unwrap();
+    let ws = common::staging_workspace(dir.path());
     let owner = NewNode {
         perm: 0o644,
         uid: 1000,
@@ -361,11 +357,7 @@ fn a_staged_files_times_change_only_when_the_caller_may() {
     ws.release(opened.handle).unwrap();
     drop(ws);
     // Opening it again ingests whatever is still staged.
-    let options = Options {
-        staging_dir: Some(dir.path().join("ws.db.staging")),
-        ..Options::default()
-    };
-    let ws = Workspace::open(dir.path().join("ws.db"), options).unwrap();
+    let ws = common::staging_workspace(dir.path());
     assert_eq!(ws.staged_files().unwrap(), 0);
     let stored = ws.getattr(attr.ino).unwrap();
     assert_eq!((stored.mtime, stored.size), (1_000_000_000_000_000_000, 7));

@@ -12,14 +12,6 @@ const FILE_BYTES: usize = 8 << 20;
 /// Rounds, each with the other route's change at another moment of the fill.
 const ROUNDS: u64 = 24;
 
-fn staging_workspace(dir: &tempfile::TempDir) -> Workspace {
-    let options = Options {
-        staging_dir: Some(dir.path().join("ws.db.staging")),
-        ..Options::default()
-    };
-    Workspace::open(dir.path().join("ws.db"), options).unwrap()
-}
-
 /// Opens `/name` for writing as the mount does (staged where it can be) and writes
 /// `X` at offset 0 through the handle, while `change` runs on another thread after
 /// `delay`.
@@ -80,7 +72,7 @@ fn race_each_round(
 #[test]
 fn a_file_replaced_while_it_is_being_staged_keeps_the_new_content() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = staging_workspace(&dir);
+    let ws = common::staging_workspace(dir.path());
     let old = common::random_bytes(FILE_BYTES, 1);
     let new = common::random_bytes(FILE_BYTES, 2);
     race_each_round(
@@ -99,7 +91,7 @@ fn a_file_replaced_while_it_is_being_staged_keeps_the_new_content() {
 #[test]
 fn a_file_truncated_while_it_is_being_staged_stays_truncated() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = staging_workspace(&dir);
+    let ws = common::staging_workspace(dir.path());
     let old = common::random_bytes(FILE_BYTES, 3);
     race_each_round(
         &ws,
@@ -114,7 +106,7 @@ fn a_file_truncated_while_it_is_being_staged_stays_truncated() {
 fn a_file_a_pull_replaces_while_it_is_being_staged_keeps_the_pulled_content() {
     let dir = tempfile::tempdir().unwrap();
     let server = Workspace::open(dir.path().join("server.db"), Options::default()).unwrap();
-    let replica = staging_workspace(&dir);
+    let replica = common::staging_workspace(dir.path());
     server.register_peer("r1", "replica-1").unwrap();
     replica.register_peer("upstream", server.id()).unwrap();
     let old = common::random_bytes(FILE_BYTES, 4);

@@ -1,6 +1,6 @@
 //! Helpers shared by the store's integration tests.
 
-use computer_vfs::{file_blocks, ChangeEntry, Conflict, Error, StoredBlock, Workspace};
+use computer_vfs::{file_blocks, ChangeEntry, Conflict, Error, Options, StoredBlock, Workspace};
 
 /// Set to 1 to let the tests that need root skip (each says so) where they run without
 /// it. Unset, such a test fails instead: a suite that should run as root (CI does) must
@@ -91,4 +91,15 @@ pub fn pull(
         }
     }
     conflicts
+}
+
+/// A workspace at `dir/ws.db` with its staging files in `dir/ws.db.staging`, as a mount
+/// with passthrough has it.
+#[allow(dead_code)] // Not every test binary that shares this module stages files.
+pub fn staging_workspace(dir: &std::path::Path) -> Workspace {
+    let options = Options {
+        staging_dir: Some(dir.join("ws.db.staging")),
+        ..Options::default()
+    };
+    Workspace::open(dir.join("ws.db"), options).unwrap()
 }
