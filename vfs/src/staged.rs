@@ -832,12 +832,13 @@ impl Workspace {
     /// kernel cannot tell (no leases), the mapping is taken to be gone, with a warning:
     /// its later writes would be lost rather than the file never settling.
     pub(crate) fn end_mapping_if_gone(&self, staged: &StagedFile) -> bool {
-        {
-            let state = lock(&staged.state);
-            // An open handle's release looks again.
-            if !state.mapped || state.users > 0 {
-                return false;
-            }
+        // Held through the probe: no open attaches meanwhile, so the kernel opens the
+        // staging file for no passthrough handle while the probe holds a lease on it
+        // (the open would break the lease, and wait for it).
+        let mut state = lock(&staged.state);
+        // An open handle's release looks again.
+        if !state.mapped || state.users > 0 {
+            return false;
         }
         let elsewhere = staged.open_elsewhere().unwrap_or_else(|| {
             tracing::warn!(
@@ -847,9 +848,8 @@ impl Workspace {
             );
             false
         });
-        let mut state = lock(&staged.state);
-        if elsewhere || !state.mapped || state.users > 0 {
-            return elsewhere && state.mapped;
+        if elsewhere {
+            return true;
         }
         state.mapped = false;
         state.map_writable = false;

@@ -694,6 +694,7 @@ fn disarm_flush_on_close(path: &Path) {
 fn open_elsewhere(file: &File) -> Option<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
+    quiet_lease_breaks(file);
     // SAFETY: fcntl on a descriptor we own; F_SETLEASE only changes lease state.
     if unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) } == 0 {
         // SAFETY: as above; removing our own lease.
@@ -702,6 +703,25 @@ fn open_elsewhere(file: &File) -> Option<bool> {
     }
     let refused = std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
     refused.then_some(true)
+}
+
+/// Makes a break of a lease on `file` signal nothing that would end this process. An
+/// open of the file while a lease is held breaks it, and the kernel signals the holder:
+/// with SIGIO by default, whose default action ends the process. Callers keep their
+/// own opens away from a probe's lease; this is for anyone else's (a shell in the
+/// staging directory). SIGURG is ignored unless handled.
+fn quiet_lease_breaks(file: &File) {
+    /// `fcntl(2)`'s command naming the signal of a file's I/O events and lease breaks
+    /// (Linux's `<fcntl.h>`; the libc crate lacks it).
+    const F_SETSIG: libc::c_int = 10;
+    // SAFETY: fcntl on a descriptor we own; F_SETSIG only names the signal.
+    unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            F_SETSIG,
+            libc::SIGURG,
+        )
+    };
 }
 
 /// The soft limit on open files of this process (`RLIMIT_NOFILE`).
@@ -824,6 +844,37 @@ mod tests {
         let spare = staging.try_reserve().unwrap();
         assert_eq!(spare.name, "pool-9");
         assert_eq!(spare.file.metadata().unwrap().len(), 0);
+    }
+
+    /// Another open of a file while this process holds a lease on it breaks the lease;
+    /// the signal that says so must not end the process (SIGIO would: the test binary
+    /// would die here).
+    #[test]
+    fn a_broken_lease_does_not_end_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leased");
+        std::fs::write(&path, b"x").unwrap();
+        let held = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        quiet_lease_breaks(&held);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+        // SAFETY: fcntl on a descriptor this test owns.
+        assert_eq!(
+            unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) },
+            0
+        );
+        let breaking = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path);
+        let refused = breaking.unwrap_err().raw_os_error();
+        assert_eq!(refused, Some(libc::EWOULDBLOCK), "the open broke the lease");
+        // SAFETY: as above.
+        unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_UNLCK) };
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 
     /// A file that was handed out mappable goes back to the pool only once nothing maps
