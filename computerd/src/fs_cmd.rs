@@ -66,8 +66,30 @@ fn open(db: &Path, command: &FsCommand, holding: bool) -> anyhow::Result<Fs> {
         bulk_load: holding && matches!(command, FsCommand::Import { .. }),
         ..Options::default()
     };
-    let ws = Workspace::open(db, options).map_err(vfs_err)?;
+    let ws = Workspace::open(db, options.clone()).map_err(vfs_err)?;
+    if takes_in_staged(&ws, command, holding)? {
+        // A mount stopped (killed, or with a file still mapped) before it took in
+        // files written through it: their content waits in staging files, and the
+        // stored one is older. Reading that would show what the next mount replaces,
+        // so the files are taken in first, as that mount would.
+        drop(ws);
+        let options = Options {
+            read_only: false,
+            ..options
+        };
+        return Ok(Workspace::open(db, options).map_err(vfs_err)?.fs());
+    }
     Ok(ws.fs())
+}
+
+/// Whether a command that only reads `ws` should take in staged content first: it
+/// holds the database alone, content waits in staging files, and it is not `check`
+/// (which reports the database as it is, what a crash left included).
+fn takes_in_staged(ws: &Workspace, command: &FsCommand, holding: bool) -> anyhow::Result<bool> {
+    if command.writes() || !holding || matches!(command, FsCommand::Check { .. }) {
+        return Ok(false);
+    }
+    Ok(ws.staged_files().map_err(vfs_err)? > 0)
 }
 
 /// How long an import's batch stays open at most (it also commits once it holds 4 MiB

@@ -361,3 +361,36 @@ fn repeated_kill_and_remount() {
     m.unmount();
     m.check_db();
 }
+
+/// A file synced through a mount killed while it was still open for writing: its
+/// content waits in a staging file. `computerd fs DB cat`, reading the database the
+/// daemon left, shows that content (it takes the file in, as the next mount would),
+/// while `fs check` reports the database as it was left.
+#[test]
+fn reading_what_a_killed_mount_left_takes_in_its_staged_files() {
+    use std::io::Write;
+    let mut m = Mount::new();
+    // What the store holds of it is this, or an empty file if the kill comes first.
+    m.sh("echo stored > f");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.path("f"))
+        .unwrap();
+    file.write_all(b"synced while open\n").unwrap();
+    file.sync_all().unwrap();
+    m.kill_daemon();
+    drop(file);
+    let checked = common::fs_db(&m.db, &["check", "--no-progress"], b"");
+    assert!(
+        checked.status.success(),
+        "{}",
+        common::text(&checked.stdout)
+    );
+    let read = common::fs_db_ok(&m.db, &["cat", "/f"], b"");
+    assert_eq!(read, b"synced while open\n");
+    m.mount(&[]);
+    assert_eq!(m.sh("cat f"), "synced while open\n");
+    m.unmount();
+    m.check_db();
+}
