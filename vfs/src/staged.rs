@@ -488,10 +488,13 @@ impl Workspace {
                 state.writers = state.writers.saturating_sub(1);
             }
             state.last_used = Instant::now();
-            if state.users == 0 && state.map_writable && !state.mapped {
-                // Whether a mapping is left is asked a round later (`end_mapping_if_gone`):
-                // the kernel lets go of its own open of the file only as the closing
-                // process returns from `close(2)`, which may be after this request.
+            if flags.write && state.map_writable && !state.mapped {
+                // A mapping made through a handle that could write may outlive it: it
+                // takes the handle's place as a writer, so the file stays dirty, until
+                // nothing else holds the staging file (`end_mapping_if_gone`, asked
+                // once no handle is open, and a round later: the kernel lets go of its
+                // own open of the file only as the closing process returns from
+                // `close(2)`, which may be after this request).
                 debug_assert!(state.dirty, "a writer's open made it dirty");
                 state.mapped = true;
                 state.writers += 1;

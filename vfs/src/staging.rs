@@ -98,10 +98,11 @@ pub(crate) struct StagedState {
     /// open can map it shared and writable, and a process may go on writing through
     /// that mapping after its last `close(2)`, with no request the daemon would see.
     pub map_writable: bool,
-    /// Released by every handle while such a mapping may still write to it: counted in
-    /// `writers` (the file stays dirty and bound, is not evicted, and a pull over it
-    /// sees a local change) until nothing but this process holds the staging file
-    /// open (`Workspace::end_mapping_if_gone`).
+    /// A handle that could write was released while such a mapping may still write to
+    /// the file: counted in `writers` in the handle's place (the file stays dirty and
+    /// bound, is not evicted, and a pull over it sees a local change) until no handle
+    /// is open and nothing but this process holds the staging file open
+    /// (`Workspace::end_mapping_if_gone`).
     pub mapped: bool,
 }
 

@@ -53,6 +53,37 @@ fn writes_through_a_mapping_after_the_last_release_reach_the_store() {
     );
 }
 
+/// The writer that made the mapping is released while a reader still has the file open
+/// (the store may take the file in meanwhile); the mapping is written after both.
+#[test]
+fn a_mapping_outlives_its_writer_while_a_reader_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = common::staging_workspace(dir.path());
+    ws.fs().write_file("/m", vec![b'a'; FILE_BYTES]).unwrap();
+    let ino = ws.lookup(Who::Trusted, InodeNo::ROOT, b"m").unwrap().ino;
+    let read_write = OpenFlags {
+        read: true,
+        ..OpenFlags::WRITE
+    };
+    let writer = (ws.open_for_kernel(Who::Trusted, ino, read_write, true)).unwrap();
+    let staged = writer.staged.clone().expect("staged for passthrough");
+    let mapping = Mapping::of(staged.file(), FILE_BYTES);
+    let reader = (ws.open_for_kernel(Who::Trusted, ino, OpenFlags::READ, true)).unwrap();
+    ws.release(writer.handle).unwrap();
+    ws.sync().unwrap();
+    mapping.write(FILE_BYTES - 5, b"LATE!");
+    ws.release(reader.handle).unwrap();
+    ws.sync().unwrap();
+    drop(mapping);
+    ws.sync().unwrap();
+    let mut expected = vec![b'a'; FILE_BYTES];
+    expected[FILE_BYTES - 5..].copy_from_slice(b"LATE!");
+    assert!(
+        stored(dir.path(), "/m") == expected,
+        "the mapping's write is stored"
+    );
+}
+
 /// A shared, writable mapping of `file` through an open of its own (the descriptor
 /// closed at once, as a process may), unmapped when dropped.
 struct Mapping {
