@@ -499,7 +499,9 @@ impl Workspace {
                 state.mapped = true;
                 state.writers += 1;
             }
-            (state.writers == 0 && state.dirty) || (state.mapped && state.users == 0)
+            // A mapped file is looked at each round: snapshotted while a handle stays
+            // open (as a file open for writing is), probed once none is.
+            (state.writers == 0 && state.dirty) || state.mapped
         };
         if queue {
             if let Some(staging) = self.staging() {
