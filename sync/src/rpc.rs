@@ -49,9 +49,13 @@
 //! most [`ServeOptions::calls_per_connection_max`] calls in flight (more fail at once,
 //! transiently: capnp-rpc has no flow limit to hold them back), at most
 //! [`ServeOptions::listeners_per_connection_max`] listeners, and closes a connection that
-//! opens no session within [`ServeOptions::hello_timeout`]. A connection gets one hello
-//! refusal: a client guessing tokens must reconnect for every guess.
+//! opens no session within [`ServeOptions::hello_timeout`]. It reads a connection only
+//! while its answers go out (`backpressure.rs`): a peer that stops reading its answers
+//! stops being read, so what waits to be written to it is bounded by the calls read
+//! before. A connection gets one hello refusal: a client guessing tokens must reconnect
+//! for every guess.
 
+mod backpressure;
 mod client;
 mod server;
 #[cfg(test)]

@@ -314,6 +314,7 @@ async fn run_connection(
         server: server.clone(),
         connection: connection.clone(),
     });
+    let (reader, writer) = super::backpressure::read_while_answers_flow(reader, writer);
     let network = VatNetwork::new(reader, writer, Side::Server, wire::reader_options());
     let mut rpc = pin!(RpcSystem::new(Box::new(network), Some(gate.client)));
     let opened = tokio::time::timeout(server.options.hello_timeout, connection.opened.notified());

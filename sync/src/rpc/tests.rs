@@ -613,3 +613,100 @@ fn typed_file_operations_do_what_the_path_api_does() {
     })
     .unwrap();
 }
+
+/// A peer that sends calls and never reads the answers stops being read once the
+/// answers stop going out: what it manages to write is bounded by the sockets' buffers
+/// and what the server read before, not by what it sends.
+#[test]
+fn a_peer_that_never_reads_its_answers_stops_being_read() {
+    use crate::sync_capnp::gate;
+    use futures::io::AsyncWrite;
+    use std::cell::Cell;
+    use std::pin::Pin;
+    use std::rc::Rc;
+    use std::task::{Context, Poll};
+
+    /// The peer's reading half: never reads.
+    struct NeverReads;
+    impl futures::io::AsyncRead for NeverReads {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut [u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Poll::Pending
+        }
+    }
+    /// The peer's writing half, counting the bytes the socket took.
+    struct Counted(Writer, Rc<Cell<usize>>);
+    impl AsyncWrite for Counted {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let polled = Pin::new(&mut self.0).poll_write(cx, buf);
+            if let Poll::Ready(Ok(n)) = polled {
+                self.1.set(self.1.get() + n);
+            }
+            polled
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.0).poll_flush(cx)
+        }
+        fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.0).poll_close(cx)
+        }
+    }
+
+    /// Calls sent: about 6 MiB of them, far beyond the sockets' buffers.
+    const CALLS: usize = 100_000;
+    let server = TestServer::start(ServeOptions::default());
+    let written = Rc::new(Cell::new(0usize));
+    let taken = written.clone();
+    run_local(async move {
+        let stream = tokio::net::UnixStream::connect(server.socket_path())
+            .await
+            .unwrap();
+        let (_unread, writer) = unix_stream(stream);
+        let network = capnp_rpc::twoparty::VatNetwork::new(
+            NeverReads,
+            Counted(writer, taken),
+            capnp_rpc::rpc_twoparty_capnp::Side::Client,
+            wire::reader_options(),
+        );
+        let mut rpc = capnp_rpc::RpcSystem::new(Box::new(network), None);
+        let gate: gate::Client = rpc.bootstrap(capnp_rpc::rpc_twoparty_capnp::Side::Server);
+        tokio::task::spawn_local(rpc);
+        let mut hello = gate.hello_request();
+        hello.get().set_version(PROTOCOL_VERSION);
+        hello.get().set_token(TOKEN);
+        let hello = hello.send();
+        let session = hello.pipeline.get_session();
+        let mut answers = Vec::with_capacity(CALLS);
+        for sent in 0..CALLS {
+            answers.push(session.stats_request().send().promise);
+            if sent % 1_000 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        // Until the bytes written stop growing: at once if the server reads everything
+        // (the whole stream goes out), after a stall if it stopped reading.
+        let mut last = usize::MAX;
+        while written.get() != last {
+            last = written.get();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let sent_bytes = written.get();
+        drop(answers);
+        drop(server);
+        sent_bytes
+    })
+    .map(|sent_bytes| {
+        assert!(
+            sent_bytes < 4 << 20,
+            "{sent_bytes} bytes of calls went to a server whose answers were never read"
+        )
+    })
+    .unwrap();
+}
