@@ -1001,8 +1001,9 @@ impl Workspace {
         // A first pool before the mount is used, so early creates find files ready.
         staging.refill(POOL_LOW)?;
         let queue = staging.queue.clone();
+        let worker = staging.worker.clone();
         let weak = self.downgrade();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("vfs-ingest".into())
             .spawn(move || {
                 // Normal priority: this thread holds the writer connection while it
@@ -1036,11 +1037,15 @@ impl Workspace {
                             Vec::new()
                         }
                     };
-                    let Some(ws) = weak.upgrade() else { return };
-                    ws.staging_work(pending);
+                    let stopped = || lock(&queue.0).stop;
+                    let work = |ws: Workspace| ws.staging_work(pending);
+                    if !worker.round(stopped, || weak.upgrade(), work) {
+                        return;
+                    }
                 }
             })
             .map_err(|e| Error::io("ingest thread", e))?;
+        staging.worker.started(thread);
         Ok(())
     }
 

@@ -269,6 +269,84 @@ pub(crate) struct Staging {
     /// Work for the ingest worker; shared with it so it can wait without keeping the
     /// workspace alive.
     pub(crate) queue: Arc<(Mutex<IngestQueue>, Condvar)>,
+    /// The ingest worker's thread and its rounds; shared with it.
+    pub(crate) worker: Arc<Worker>,
+}
+
+/// The ingest worker's thread, and the fence that keeps a workspace's last handle from
+/// going while a round of the worker still holds the workspace: once a caller's last
+/// handle is gone, no thread of that workspace is at work, and the caller may open the
+/// same database and staging directory again (two instances at work on one staging
+/// directory would each take the other's files for its own).
+#[derive(Default)]
+pub(crate) struct Worker {
+    /// Held by the worker through each round, in which it holds the workspace.
+    round: Mutex<()>,
+    /// Set while a round holds the workspace (from just after it took it to just after
+    /// it let go).
+    may_hold: AtomicBool,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    thread_id: std::sync::OnceLock<std::thread::ThreadId>,
+}
+
+impl Worker {
+    pub(crate) fn started(&self, thread: std::thread::JoinHandle<()>) {
+        let _ = self.thread_id.set(thread.thread().id());
+        *lock(&self.thread) = Some(thread);
+    }
+
+    fn on_worker_thread(&self) -> bool {
+        self.thread_id.get() == Some(&std::thread::current().id())
+    }
+
+    /// Runs one round: `work` is handed the workspace `take` gives (`None`: it is gone,
+    /// or `stopped` says the worker was stopped meanwhile; the worker then ends).
+    pub(crate) fn round<W>(
+        &self,
+        stopped: impl FnOnce() -> bool,
+        take: impl FnOnce() -> Option<W>,
+        work: impl FnOnce(W),
+    ) -> bool {
+        let _round = lock(&self.round);
+        if stopped() {
+            return false;
+        }
+        let Some(workspace) = take() else {
+            return false;
+        };
+        // Set once the workspace is held (a handle counting it as a round's before
+        // would wait when it need not), cleared once it is let go (`work` drops it).
+        self.may_hold.store(true, Ordering::SeqCst);
+        work(workspace);
+        self.may_hold.store(false, Ordering::SeqCst);
+        true
+    }
+
+    /// A handle of the workspace goes; `handles` counts the handles left, this one
+    /// included. If it is the last one but a round's own, waits for that round to end,
+    /// and stops the worker (`stop`) once it is the very last.
+    pub(crate) fn handle_goes(&self, handles: impl Fn() -> usize, stop: impl FnOnce()) {
+        if self.on_worker_thread() {
+            return;
+        }
+        let round_holds = usize::from(self.may_hold.load(Ordering::SeqCst));
+        if handles().saturating_sub(1).saturating_sub(round_holds) > 0 {
+            return;
+        }
+        let _no_round = lock(&self.round);
+        if handles() == 1 {
+            stop();
+        }
+    }
+
+    /// Waits for the worker thread to end (it was told to stop); not from the worker
+    /// thread itself, which ends by its own once it returns.
+    pub(crate) fn join(&self) {
+        let thread = lock(&self.thread).take();
+        if let Some(thread) = thread.filter(|_| !self.on_worker_thread()) {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// A fill under way ([`Staging::begin_fill`]); dropping it ends the fill.
@@ -341,6 +419,7 @@ impl Staging {
             cache_bytes_max,
             cache_files_max,
             queue: Arc::new((Mutex::new(IngestQueue::default()), Condvar::new())),
+            worker: Arc::default(),
         };
         Ok((staging, existing))
     }

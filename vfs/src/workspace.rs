@@ -237,6 +237,17 @@ pub struct Workspace {
     inner: Arc<Inner>,
 }
 
+impl Drop for Workspace {
+    /// The caller's last handle waits for a round of the staging worker that holds the
+    /// workspace, so that nothing of it is at work once the handle is gone.
+    fn drop(&mut self) {
+        if let Some(staging) = &self.inner.staging {
+            let handles = || Arc::strong_count(&self.inner);
+            staging.worker.handle_goes(handles, || staging.stop());
+        }
+    }
+}
+
 impl Workspace {
     /// Opens (and with `options.create`, creates) the workspace database at `path`.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Workspace> {
@@ -2084,6 +2095,7 @@ impl Drop for Inner {
         if let Some(staging) = &self.staging {
             // Files still dirty are bound in the `staged` table: the next open ingests them.
             staging.stop();
+            staging.worker.join();
         }
         // Handles still open when the workspace goes away: commit what they buffered.
         let open = self.files.drain();
