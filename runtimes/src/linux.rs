@@ -149,6 +149,13 @@ pub struct LinuxPolicy {
 
 /// The default of [`LinuxPolicy::sandbox_idle`].
 pub const SANDBOX_IDLE_DEFAULT: Duration = Duration::from_secs(300);
+/// Whether joining a sandbox failed because its pid namespace has ended: fork(2) into
+/// a pid namespace whose init is gone fails with ENOMEM, before the kernel has ended
+/// (and the pidfd shows the end of) every other process of it.
+fn namespace_ended(err: &Error) -> bool {
+    matches!(err, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM))
+}
+
 /// How often the reaper looks at a connection's warm sandbox, at most.
 const REAP_INTERVAL_MAX: Duration = Duration::from_secs(1);
 
@@ -431,8 +438,9 @@ impl LinuxConnection {
             Ok(spawned) => Ok(Some(spawned)),
             // It died between the look and the join: the command never started (a
             // failed join is reported before exec), so it may go to a new sandbox.
-            Err(err) if !sandbox.is_alive() => {
+            Err(err) if !sandbox.is_alive() || namespace_ended(&err) => {
                 tracing::warn!("the warm sandbox died as a command joined it ({err}); again");
+                self.forget_warm_sandbox(&sandbox);
                 let sandbox = self.warm_sandbox()?;
                 Ok(Some(sandbox.spawn(
                     &request.script,
@@ -472,6 +480,18 @@ impl LinuxConnection {
         let started = Arc::new(started);
         *slot = Some(started.clone());
         Ok(started)
+    }
+
+    /// Lets go of `sandbox` if it is still the connection's warm one: the next command
+    /// starts another, though this one's holder may not have been seen to end yet.
+    fn forget_warm_sandbox(&self, sandbox: &Arc<WarmSandbox>) {
+        let mut slot = self.warm.lock().unwrap_or_else(|e| e.into_inner());
+        if slot
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, sandbox))
+        {
+            *slot = None;
+        }
     }
 
     /// The command in a sandbox of its own.
