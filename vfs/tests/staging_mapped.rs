@@ -22,21 +22,27 @@ fn stored(dir: &std::path::Path, name: &str) -> Vec<u8> {
     ws.fs().read_file(name).unwrap()
 }
 
-#[test]
-fn writes_through_a_mapping_after_the_last_release_reach_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = common::staging_workspace(dir.path());
+/// A staging workspace in `dir` holding `/m` (`FILE_BYTES` of `a`), opened as the mount
+/// opens it for a process that reads and writes (staged, for passthrough), and a shared
+/// writable mapping of its staging file.
+fn mapped_through_a_writer(dir: &std::path::Path) -> (Workspace, computer_vfs::Opened, Mapping) {
+    let ws = common::staging_workspace(dir);
     ws.fs().write_file("/m", vec![b'a'; FILE_BYTES]).unwrap();
     let ino = ws.lookup(Who::Trusted, InodeNo::ROOT, b"m").unwrap().ino;
     let read_write = OpenFlags {
         read: true,
         ..OpenFlags::WRITE
     };
-    let opened = ws
-        .open_for_kernel(Who::Trusted, ino, read_write, true)
-        .unwrap();
-    let staged = opened.staged.clone().expect("staged for passthrough");
+    let opened = (ws.open_for_kernel(Who::Trusted, ino, read_write, true)).unwrap();
+    let staged = opened.staged.as_ref().expect("staged for passthrough");
     let mapping = Mapping::of(staged.file(), FILE_BYTES);
+    (ws, opened, mapping)
+}
+
+#[test]
+fn writes_through_a_mapping_after_the_last_release_reach_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, opened, mapping) = mapped_through_a_writer(dir.path());
     ws.release(opened.handle).unwrap();
     // What the store takes at the release: the file as it was.
     ws.sync().unwrap();
@@ -58,16 +64,8 @@ fn writes_through_a_mapping_after_the_last_release_reach_the_store() {
 #[test]
 fn a_mapping_outlives_its_writer_while_a_reader_stays() {
     let dir = tempfile::tempdir().unwrap();
-    let ws = common::staging_workspace(dir.path());
-    ws.fs().write_file("/m", vec![b'a'; FILE_BYTES]).unwrap();
+    let (ws, writer, mapping) = mapped_through_a_writer(dir.path());
     let ino = ws.lookup(Who::Trusted, InodeNo::ROOT, b"m").unwrap().ino;
-    let read_write = OpenFlags {
-        read: true,
-        ..OpenFlags::WRITE
-    };
-    let writer = (ws.open_for_kernel(Who::Trusted, ino, read_write, true)).unwrap();
-    let staged = writer.staged.clone().expect("staged for passthrough");
-    let mapping = Mapping::of(staged.file(), FILE_BYTES);
     let reader = (ws.open_for_kernel(Who::Trusted, ino, OpenFlags::READ, true)).unwrap();
     ws.release(writer.handle).unwrap();
     ws.sync().unwrap();

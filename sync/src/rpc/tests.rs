@@ -148,9 +148,27 @@ fn a_wrong_token_is_refused_and_the_connection_gets_no_second_guess() {
     assert!(server.workspace.peer("anyone").unwrap().is_none());
 }
 
+/// The server's gate over `reader` and `writer`, spoken to with capnp-rpc alone (no
+/// `connect`: a test says what a client of its own says), its connection run on the
+/// current `LocalSet`.
+fn raw_gate(
+    reader: impl futures::io::AsyncRead + Unpin + 'static,
+    writer: impl futures::io::AsyncWrite + Unpin + 'static,
+) -> crate::sync_capnp::gate::Client {
+    let network = capnp_rpc::twoparty::VatNetwork::new(
+        reader,
+        writer,
+        capnp_rpc::rpc_twoparty_capnp::Side::Client,
+        wire::reader_options(),
+    );
+    let mut rpc = capnp_rpc::RpcSystem::new(Box::new(network), None);
+    let gate = rpc.bootstrap(capnp_rpc::rpc_twoparty_capnp::Side::Server);
+    tokio::task::spawn_local(rpc);
+    gate
+}
+
 #[test]
 fn another_protocol_version_is_refused_with_a_clear_message() {
-    use crate::sync_capnp::gate;
     let server = TestServer::start(ServeOptions::default());
     let address = server.address.clone();
     run_local(async move {
@@ -158,15 +176,7 @@ fn another_protocol_version_is_refused_with_a_clear_message() {
             .await
             .unwrap();
         let (reader, writer) = unix_stream(stream);
-        let network = capnp_rpc::twoparty::VatNetwork::new(
-            reader,
-            writer,
-            capnp_rpc::rpc_twoparty_capnp::Side::Client,
-            wire::reader_options(),
-        );
-        let mut rpc = capnp_rpc::RpcSystem::new(Box::new(network), None);
-        let gate: gate::Client = rpc.bootstrap(capnp_rpc::rpc_twoparty_capnp::Side::Server);
-        tokio::task::spawn_local(rpc);
+        let gate = raw_gate(reader, writer);
         let mut hello = gate.hello_request();
         hello.get().set_version(PROTOCOL_VERSION + 1);
         hello.get().set_token(TOKEN);
@@ -619,7 +629,6 @@ fn typed_file_operations_do_what_the_path_api_does() {
 /// and what the server read before, not by what it sends.
 #[test]
 fn a_peer_that_never_reads_its_answers_stops_being_read() {
-    use crate::sync_capnp::gate;
     use futures::io::AsyncWrite;
     use std::cell::Cell;
     use std::pin::Pin;
@@ -669,15 +678,7 @@ fn a_peer_that_never_reads_its_answers_stops_being_read() {
             .await
             .unwrap();
         let (_unread, writer) = unix_stream(stream);
-        let network = capnp_rpc::twoparty::VatNetwork::new(
-            NeverReads,
-            Counted(writer, taken),
-            capnp_rpc::rpc_twoparty_capnp::Side::Client,
-            wire::reader_options(),
-        );
-        let mut rpc = capnp_rpc::RpcSystem::new(Box::new(network), None);
-        let gate: gate::Client = rpc.bootstrap(capnp_rpc::rpc_twoparty_capnp::Side::Server);
-        tokio::task::spawn_local(rpc);
+        let gate = raw_gate(NeverReads, Counted(writer, taken));
         let mut hello = gate.hello_request();
         hello.get().set_version(PROTOCOL_VERSION);
         hello.get().set_token(TOKEN);
